@@ -1,0 +1,113 @@
+// Command proxy is the loadshed sidecar: a reverse proxy that admits, queues or refuses each
+// request before it reaches the service behind it.
+//
+//	proxy --config FILE [--listen ADDR] [--upstream URL] [--admin-listen ADDR] [--log-level LEVEL]
+//	proxy --check-config FILE
+//	proxy --version
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/loadshed/loadshed/internal/config"
+	"github.com/loadshed/loadshed/internal/proxy"
+	"github.com/loadshed/loadshed/internal/version"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, errUsage) {
+			fmt.Fprintln(os.Stderr, "proxy:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+var errUsage = errors.New("usage")
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	configPath := fs.String("config", "", "configuration file (YAML)")
+	check := fs.String("check-config", "", "validate this configuration file and exit")
+	listen := fs.String("listen", "", "data address, overrides the file's listen")
+	upstream := fs.String("upstream", "", "upstream URL, overrides the file's upstream")
+	adminListen := fs.String("admin-listen", "", "admin address, overrides the file's adminListen")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	if err := fs.Parse(args); err != nil {
+		return errUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "proxy: unexpected arguments %q\n", fs.Args())
+		return errUsage
+	}
+	if *showVersion {
+		fmt.Fprintln(stdout, version.String("proxy"))
+		return nil
+	}
+	if *check != "" {
+		c, err := config.Load(*check)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%s: valid (strategy %s)\n", *check, c.Admission.Strategy)
+		return nil
+	}
+	if *configPath == "" {
+		fmt.Fprintln(stderr, "proxy: --config FILE is required (or --check-config FILE, --version)")
+		return errUsage
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	cfg, err := loadWithOverrides(*configPath, *listen, *upstream, *adminListen)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	srv, err := proxy.New(cfg, proxy.Options{Logger: log, ConfigPath: *configPath, Overrides: overrides(*listen, *upstream, *adminListen)})
+	if err != nil {
+		return err
+	}
+	return srv.Serve(ctx)
+}
+
+func overrides(listen, upstream, admin string) func(*config.Config) {
+	return func(c *config.Config) {
+		if listen != "" {
+			c.Listen = listen
+		}
+		if upstream != "" {
+			c.Upstream = upstream
+		}
+		if admin != "" {
+			c.AdminListen = admin
+		}
+	}
+}
+
+// loadWithOverrides reads the file, applies the command-line overrides, then validates, so an
+// override is checked like any other value.
+func loadWithOverrides(path, listen, upstream, admin string) (*config.Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	c, err := config.ParseWith(data, overrides(listen, upstream, admin))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}

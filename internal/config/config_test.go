@@ -1,0 +1,123 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestTestdata parses every testdata file: valid-*.yaml must load and build; each
+// invalid-*.yaml must fail and name, among its problems, every field its "# want:" line lists.
+func TestTestdata(t *testing.T) {
+	files, err := filepath.Glob("testdata/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no testdata: %v", err)
+	}
+	for _, f := range files {
+		name := filepath.Base(f)
+		t.Run(name, func(t *testing.T) {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := Parse(data)
+			switch {
+			case strings.HasPrefix(name, "valid-"):
+				if err != nil {
+					t.Fatalf("want valid, got %v", err)
+				}
+				if _, err := c.Admission.Build(); err != nil {
+					t.Fatalf("build: %v", err)
+				}
+			case strings.HasPrefix(name, "invalid-"):
+				var p *Problems
+				if !errors.As(err, &p) {
+					t.Fatalf("want *Problems, got %v", err)
+				}
+				first, _, _ := strings.Cut(string(data), "\n")
+				want, ok := strings.CutPrefix(first, "# want: ")
+				if !ok {
+					t.Fatalf("invalid testdata must start with a '# want: field' line")
+				}
+				for _, field := range strings.Split(want, ", ") {
+					if !slices.Contains(p.Fields(), field) {
+						t.Errorf("problems %v do not name %q", p.Fields(), field)
+					}
+					if !strings.Contains(err.Error(), field) {
+						t.Errorf("message %q does not name %q", err, field)
+					}
+				}
+			default:
+				t.Fatalf("testdata names start with valid- or invalid-")
+			}
+		})
+	}
+}
+
+func TestDefaultsFillWhatTheFileLeavesOut(t *testing.T) {
+	c, err := Parse([]byte("upstream: http://127.0.0.1:8080\nadmission: {strategy: inflight, inflight: {limit: 3}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := Default()
+	if c.Listen != d.Listen || c.AdminListen != d.AdminListen || c.Shutdown != d.Shutdown || c.StatusCodes != d.StatusCodes {
+		t.Fatalf("defaults not applied: %+v", c)
+	}
+	if c.Admission.Inflight.Limit != 3 {
+		t.Fatalf("limit = %d", c.Admission.Inflight.Limit)
+	}
+}
+
+func TestDurationsAndLines(t *testing.T) {
+	c, err := Parse([]byte("upstream: http://x:1\nadmission:\n  strategy: bounded-queue\n  boundedQueue: {concurrency: 2, depth: 0, maxWait: 1.5s}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Admission.BoundedQueue.MaxWait.D() != 1500*time.Millisecond {
+		t.Fatalf("maxWait = %v", c.Admission.BoundedQueue.MaxWait)
+	}
+	_, err = Parse([]byte("upstream: http://x:1\nadmission:\n  strategy: inflight\n  inflight: {limmit: 3}\n"))
+	if err == nil || !strings.Contains(err.Error(), "line 4") || !strings.Contains(err.Error(), `did you mean "limit"`) {
+		t.Fatalf("want a line number and a suggestion, got %v", err)
+	}
+}
+
+func TestGarbageNeverPanics(t *testing.T) {
+	for _, in := range []string{"", "[]", "- a\n- b", "{{{", "upstream: [1, 2]", "admission: 5", "a: &x 1\nb: *x",
+		"admission: {chain: {}}", "admission: {strategy: chain, chain: [null, 5, {}]}", "---\n---\n"} {
+		_, err := Parse([]byte(in))
+		if err == nil {
+			t.Errorf("%q: want an error", in)
+		}
+	}
+}
+
+func TestBuildEveryStrategy(t *testing.T) {
+	for _, s := range Strategies {
+		y := "upstream: http://127.0.0.1:1\nadmission:\n  strategy: " + s + `
+  tokenBucket: {rate: 10, burst: 2}
+  leakyBucket: {rate: 10, depth: 2}
+  boundedQueue: {concurrency: 1, depth: 1, maxWait: 10ms}
+  inflight: {limit: 1}
+  chain: [{tokenBucket: {rate: 10, burst: 2}}, {inflight: {limit: 1}}]
+`
+		c, err := Parse([]byte(y))
+		if err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+		core, err := c.Admission.Build()
+		if err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+		if (core == nil) != (s == StrategyNone) {
+			t.Fatalf("%s: core %v", s, core)
+		}
+		if core != nil && s != StrategyChain && core.Name() != s {
+			t.Fatalf("%s: built %s", s, core.Name())
+		}
+	}
+}

@@ -1,0 +1,363 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/loadshed/loadshed/internal/config"
+)
+
+// gate is an upstream whose requests block until released, so tests control concurrency
+// without timing guesses.
+type gate struct {
+	hits    atomic.Int64
+	waiting atomic.Int64
+	release chan struct{}
+	last    atomic.Pointer[http.Request]
+}
+
+func newGate() *gate { return &gate{release: make(chan struct{})} }
+
+func (g *gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	g.hits.Add(1)
+	g.last.Store(r.Clone(context.Background()))
+	if r.URL.Query().Get("wait") != "" {
+		g.waiting.Add(1)
+		select {
+		case <-g.release:
+		case <-r.Context().Done():
+		}
+		g.waiting.Add(-1)
+	}
+	if s := r.URL.Query().Get("status"); s != "" {
+		code, _ := strconv.Atoi(s)
+		w.WriteHeader(code)
+	}
+	io.WriteString(w, "hello from upstream\n")
+}
+
+func until(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+type harness struct {
+	srv      *Server
+	front    *httptest.Server
+	upstream *httptest.Server
+	reg      *prometheus.Registry
+}
+
+func start(t *testing.T, upstream http.Handler, admissionYAML string, extra ...string) *harness {
+	t.Helper()
+	up := httptest.NewServer(upstream)
+	t.Cleanup(up.Close)
+	y := fmt.Sprintf("upstream: %s\nlisten: 127.0.0.1:0\nadminListen: 127.0.0.1:0\n%s\nadmission:\n%s", up.URL, strings.Join(extra, "\n"), admissionYAML)
+	cfg, err := config.Parse([]byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	s, err := New(cfg, Options{Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(s.Handler())
+	t.Cleanup(front.Close)
+	return &harness{srv: s, front: front, upstream: up, reg: reg}
+}
+
+func get(t *testing.T, url string, hdr ...string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	return res, string(b)
+}
+
+func TestInflightShedsWith503AndRetryAfter(t *testing.T) {
+	g := newGate()
+	h := start(t, g, "  strategy: inflight\n  inflight: {limit: 1}")
+	done := make(chan int)
+	go func() {
+		res, _ := get(t, h.front.URL+"/?wait=1")
+		done <- res.StatusCode
+	}()
+	until(t, "the first request to reach the upstream", func() bool { return g.waiting.Load() == 1 })
+	res, body := get(t, h.front.URL+"/")
+	if res.StatusCode != 503 || res.Header.Get("Retry-After") == "" || !strings.Contains(body, "concurrency_limit") {
+		t.Fatalf("got %d Retry-After=%q body %q, want 503 with Retry-After naming concurrency_limit", res.StatusCode, res.Header.Get("Retry-After"), body)
+	}
+	if n, err := strconv.Atoi(res.Header.Get("Retry-After")); err != nil || n < 1 {
+		t.Fatalf("Retry-After %q must be whole seconds >= 1", res.Header.Get("Retry-After"))
+	}
+	close(g.release)
+	if code := <-done; code != 200 {
+		t.Fatalf("admitted request got %d", code)
+	}
+	if g.hits.Load() != 1 {
+		t.Fatalf("upstream saw %d requests; the shed one must not reach it", g.hits.Load())
+	}
+	until(t, "in-flight to return to zero", func() bool { return h.srv.stageStates()[0].InFlight == 0 })
+	if got := testutil.ToFloat64(h.srv.h.metrics.Shed.WithLabelValues("default", "inflight", "concurrency_limit", "critical")); got != 1 {
+		t.Fatalf("shed metric = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(h.srv.h.metrics.Requests.WithLabelValues("default", "inflight", "success", "200")); got != 1 {
+		t.Fatalf("success metric = %v, want 1", got)
+	}
+}
+
+func TestTokenBucketSheds429(t *testing.T) {
+	h := start(t, newGate(), "  strategy: token-bucket\n  tokenBucket: {rate: 0.001, burst: 2}")
+	for i := range 2 {
+		if res, _ := get(t, h.front.URL+"/"); res.StatusCode != 200 {
+			t.Fatalf("request %d: %d", i, res.StatusCode)
+		}
+	}
+	res, body := get(t, h.front.URL+"/")
+	if res.StatusCode != 429 || !strings.Contains(body, "rate_limited") {
+		t.Fatalf("got %d %q, want 429 rate_limited", res.StatusCode, body)
+	}
+	// One token takes 1000 s at 0.001/s.
+	if ra := res.Header.Get("Retry-After"); ra != "1000" {
+		t.Fatalf("Retry-After = %q, want 1000", ra)
+	}
+}
+
+func TestUpstreamFailuresAre502And504NotSheds(t *testing.T) {
+	// A port with nothing listening: connection refused -> 502.
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	dead := "http://" + ln.Addr().String()
+	ln.Close()
+	cfg, _ := config.Parse([]byte("upstream: " + dead + "\nadmission: {strategy: inflight, inflight: {limit: 4}}\nupstreamTimeout: 200ms\n"))
+	s, err := New(cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(s.Handler())
+	defer front.Close()
+	res, _ := get(t, front.URL+"/")
+	if res.StatusCode != 502 || res.Header.Get("Retry-After") != "" {
+		t.Fatalf("refused upstream: %d (Retry-After %q), want 502 without Retry-After", res.StatusCode, res.Header.Get("Retry-After"))
+	}
+	// An upstream that never answers: 504 after upstreamTimeout.
+	g := newGate()
+	defer close(g.release)
+	h := start(t, g, "  strategy: inflight\n  inflight: {limit: 4}", "upstreamTimeout: 200ms")
+	res, _ = get(t, h.front.URL+"/?wait=1")
+	if res.StatusCode != 504 {
+		t.Fatalf("hung upstream: %d, want 504", res.StatusCode)
+	}
+	until(t, "permit release after 504", func() bool { return h.srv.stageStates()[0].InFlight == 0 })
+	if got := testutil.ToFloat64(h.srv.h.metrics.Requests.WithLabelValues("default", "inflight", "upstream_timeout", "504")); got != 1 {
+		t.Fatalf("upstream_timeout metric = %v", got)
+	}
+}
+
+func TestForwardsOnlyToUpstreamWithDeliberateHeaders(t *testing.T) {
+	g := newGate()
+	h := start(t, g, "  strategy: none")
+	// An absolute URL naming another host, a spoofed X-Forwarded-For, a hop-by-hop header.
+	conn, err := net.Dial("tcp", strings.TrimPrefix(h.front.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprint(conn, "GET http://evil.example/steal HTTP/1.1\r\nHost: evil.example\r\nX-Forwarded-For: 6.6.6.6\r\nConnection: close, X-Secret\r\nX-Secret: hop\r\n\r\n")
+	b, _ := io.ReadAll(conn)
+	if !strings.HasPrefix(string(b), "HTTP/1.1 200") {
+		t.Fatalf("response %q", b)
+	}
+	r := g.last.Load()
+	if r == nil || r.URL.Path != "/steal" {
+		t.Fatalf("upstream did not get the request: %+v", r)
+	}
+	if got := r.Header.Get("X-Forwarded-For"); got != "127.0.0.1" {
+		t.Fatalf("X-Forwarded-For = %q: an untrusted client's value must be replaced", got)
+	}
+	if r.Header.Get("X-Secret") != "" {
+		t.Fatal("a header named in Connection is hop-by-hop and must not be forwarded")
+	}
+	if r.Host != "evil.example" {
+		t.Fatalf("Host = %q; preserveHost forwards the client's Host to the one upstream", r.Host)
+	}
+}
+
+func TestTrustedForwardedHeadersAppend(t *testing.T) {
+	g := newGate()
+	h := start(t, g, "  strategy: none", "trustForwardedHeaders: true")
+	get(t, h.front.URL+"/", "X-Forwarded-For", "10.0.0.1", "X-Forwarded-Proto", "https")
+	r := g.last.Load()
+	if got := r.Header.Get("X-Forwarded-For"); got != "10.0.0.1, 127.0.0.1" {
+		t.Fatalf("X-Forwarded-For = %q", got)
+	}
+	if got := r.Header.Get("X-Forwarded-Proto"); got != "https" {
+		t.Fatalf("X-Forwarded-Proto = %q", got)
+	}
+}
+
+func TestClientLeavingTheQueueCostsNoUpstreamCall(t *testing.T) {
+	g := newGate()
+	h := start(t, g, "  strategy: bounded-queue\n  boundedQueue: {concurrency: 1, depth: 4, maxWait: 1m}")
+	first := make(chan int)
+	go func() {
+		res, _ := get(t, h.front.URL+"/?wait=1")
+		first <- res.StatusCode
+	}()
+	until(t, "the first request upstream", func() bool { return g.waiting.Load() == 1 })
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error)
+	go func() {
+		req, _ := http.NewRequestWithContext(ctx, "GET", h.front.URL+"/", nil)
+		_, err := http.DefaultClient.Do(req)
+		errc <- err
+	}()
+	until(t, "the second request to queue", func() bool { return h.srv.stageStates()[0].QueueDepth == 1 })
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("client error %v", err)
+	}
+	until(t, "the queue to empty", func() bool { return h.srv.stageStates()[0].QueueDepth == 0 })
+	close(g.release)
+	<-first
+	until(t, "in-flight to return to zero", func() bool { return h.srv.stageStates()[0].InFlight == 0 })
+	if g.hits.Load() != 1 {
+		t.Fatalf("upstream calls = %d, want 1: the abandoned request must not be forwarded", g.hits.Load())
+	}
+}
+
+func TestAbortedUpstreamBodyReleasesPermit(t *testing.T) {
+	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "1000")
+		w.WriteHeader(200)
+		io.WriteString(w, "partial")
+		w.(http.Flusher).Flush()
+		conn, _, _ := http.NewResponseController(w).Hijack()
+		conn.Close() // reset mid-body
+	})
+	h := start(t, up, "  strategy: inflight\n  inflight: {limit: 2}")
+	res, err := http.Get(h.front.URL + "/")
+	if err == nil {
+		_, err = io.ReadAll(res.Body)
+		res.Body.Close()
+	}
+	if err == nil {
+		t.Fatal("the client must see the truncated response as an error")
+	}
+	until(t, "in-flight to return to zero", func() bool { return h.srv.stageStates()[0].InFlight == 0 })
+	if got := testutil.ToFloat64(h.srv.h.metrics.Requests.WithLabelValues("default", "inflight", "upstream_error", "200")); got != 1 {
+		t.Fatalf("upstream_error metric = %v, want 1", got)
+	}
+}
+
+func TestBodyLimit(t *testing.T) {
+	h := start(t, newGate(), "  strategy: none", "server: {maxBodyBytes: 10}")
+	res, err := http.Post(h.front.URL+"/", "text/plain", strings.NewReader(strings.Repeat("x", 100)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != 413 {
+		t.Fatalf("status %d, want 413", res.StatusCode)
+	}
+}
+
+func TestRetryAfterSeconds(t *testing.T) {
+	for d, want := range map[time.Duration]string{0: "1", time.Millisecond: "1", time.Second: "1", 1001 * time.Millisecond: "2", 90 * time.Second: "90"} {
+		if got := retryAfterSeconds(d); got != want {
+			t.Errorf("%v: %s, want %s", d, got, want)
+		}
+	}
+}
+
+// TestGracefulShutdown: after cancel, /readyz fails at once while serving continues through the
+// drain delay; then an in-flight request still completes and Serve returns nil.
+func TestGracefulShutdown(t *testing.T) {
+	g := newGate()
+	up := httptest.NewServer(g)
+	defer up.Close()
+	cfg, err := config.Parse([]byte("upstream: " + up.URL + "\nlisten: 127.0.0.1:0\nadminListen: 127.0.0.1:0\nshutdown: {drainDelay: 300ms, gracePeriod: 5s}\nadmission: {strategy: inflight, inflight: {limit: 4}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	data, admin := s.Addrs()
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error)
+	go func() { served <- s.Serve(ctx) }()
+	until(t, "readiness", func() bool {
+		res, err := http.Get("http://" + admin + "/readyz")
+		if err != nil {
+			return false
+		}
+		res.Body.Close()
+		return res.StatusCode == 200
+	})
+	inflight := make(chan int)
+	go func() {
+		res, err := http.Get("http://" + data + "/?wait=1")
+		if err != nil {
+			inflight <- -1
+			return
+		}
+		res.Body.Close()
+		inflight <- res.StatusCode
+	}()
+	until(t, "the request upstream", func() bool { return g.waiting.Load() == 1 })
+	cancel()
+	until(t, "readiness off", func() bool {
+		res, err := http.Get("http://" + admin + "/readyz")
+		if err != nil {
+			return false
+		}
+		res.Body.Close()
+		return res.StatusCode == 503
+	})
+	// Still serving during the drain delay.
+	var once sync.Once
+	res, err := http.Get("http://" + data + "/")
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("during drain delay: %v %v", res, err)
+	}
+	res.Body.Close()
+	once.Do(func() { close(g.release) })
+	if code := <-inflight; code != 200 {
+		t.Fatalf("in-flight request got %d, want 200", code)
+	}
+	if err := <-served; err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+}

@@ -1,0 +1,203 @@
+// Package proxy is the loadshed sidecar: admission at the door of a reverse proxy to one
+// upstream, with an admin listener for metrics and health, and a graceful drain on shutdown.
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/loadshed/loadshed/internal/config"
+	"github.com/loadshed/loadshed/internal/metrics"
+)
+
+// Options are the collaborators of a Server.
+type Options struct {
+	// Logger receives operational logs (default: discard).
+	Logger *slog.Logger
+	// Registry receives the metrics (default: a new registry).
+	Registry *prometheus.Registry
+	// ConfigPath is the file the configuration came from, for reloads.
+	ConfigPath string
+	// Overrides re-applies command-line overrides to a reloaded configuration.
+	Overrides func(*config.Config)
+}
+
+// Server is a running proxy.
+type Server struct {
+	h        *handler
+	reg      *prometheus.Registry
+	log      *slog.Logger
+	draining atomic.Bool
+
+	data, admin     *http.Server
+	dataLn, adminLn net.Listener
+	transport       *http.Transport
+}
+
+// New builds a proxy for cfg (which must be valid) without listening yet.
+func New(cfg *config.Config, opts Options) (*Server, error) {
+	s := &Server{reg: opts.Registry, log: opts.Logger}
+	if s.reg == nil {
+		s.reg = prometheus.NewRegistry()
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	st, err := buildState(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s.h = &handler{log: s.log}
+	s.h.state.Store(st)
+	s.h.metrics = metrics.New(s.reg, s.stageStates)
+	s.transport = newTransport(cfg)
+	s.h.proxy = s.h.newReverseProxy(s.transport)
+	return s, nil
+}
+
+func buildState(cfg *config.Config) (*runtimeState, error) {
+	u, err := url.Parse(cfg.Upstream)
+	if err != nil {
+		return nil, fmt.Errorf("upstream: %w", err)
+	}
+	p, err := newPolicy("default", &cfg.Admission)
+	if err != nil {
+		return nil, fmt.Errorf("admission: %w", err)
+	}
+	return &runtimeState{cfg: cfg, upstream: u, policy: p}, nil
+}
+
+func (s *Server) stageStates() []metrics.StageState {
+	return s.h.state.Load().policy.state()
+}
+
+// Handler returns the data-port handler (for tests that serve it themselves).
+func (s *Server) Handler() http.Handler { return s.h }
+
+// AdminHandler returns the admin handler: /metrics, /healthz, /readyz.
+func (s *Server) AdminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg, ErrorHandling: promhttp.ContinueOnError}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if s.draining.Load() {
+			http.Error(w, "draining", http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ready\n")
+	})
+	return mux
+}
+
+// Listen opens the data and admin listeners (":0" picks free ports; see Addrs).
+func (s *Server) Listen() error {
+	cfg := s.h.state.Load().cfg
+	var err error
+	if s.dataLn, err = net.Listen("tcp", cfg.Listen); err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	if s.adminLn, err = net.Listen("tcp", cfg.AdminListen); err != nil {
+		s.dataLn.Close()
+		return fmt.Errorf("adminListen: %w", err)
+	}
+	return nil
+}
+
+// Addrs returns the bound data and admin addresses after Listen.
+func (s *Server) Addrs() (data, admin string) {
+	return s.dataLn.Addr().String(), s.adminLn.Addr().String()
+}
+
+// Serve runs until ctx ends, then shuts down gracefully: /readyz fails at once; serving goes on
+// for the drain delay; then the data listener closes, in-flight requests finish, queued requests
+// whose turn comes within the grace period are served and the rest refused with 503; finally
+// the admin listener closes. It returns nil after a clean shutdown.
+func (s *Server) Serve(ctx context.Context) error {
+	if s.dataLn == nil {
+		if err := s.Listen(); err != nil {
+			return err
+		}
+	}
+	cfg := s.h.state.Load().cfg
+	s.data = &http.Server{
+		Handler:           s.h,
+		ReadHeaderTimeout: cfg.Server.ReadHeaderTimeout.D(),
+		ReadTimeout:       cfg.Server.ReadTimeout.D(),
+		IdleTimeout:       cfg.Server.IdleTimeout.D(),
+		MaxHeaderBytes:    cfg.Server.MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	s.admin = &http.Server{
+		Handler:           s.AdminHandler(),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		IdleTimeout:       60 * time.Second,
+	}
+	errc := make(chan error, 2)
+	go func() { errc <- serveErr("data", s.data.Serve(s.dataLn)) }()
+	go func() { errc <- serveErr("admin", s.admin.Serve(s.adminLn)) }()
+	s.log.Info("serving", "listen", s.dataLn.Addr().String(), "admin", s.adminLn.Addr().String(),
+		"upstream", cfg.Upstream, "strategy", cfg.Admission.Strategy)
+
+	select {
+	case err := <-errc:
+		s.data.Close()
+		s.admin.Close()
+		return err
+	case <-ctx.Done():
+	}
+	return s.shutdown()
+}
+
+func serveErr(which string, err error) error {
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return fmt.Errorf("%s listener: %w", which, err)
+}
+
+func (s *Server) shutdown() error {
+	cfg := s.h.state.Load().cfg
+	s.draining.Store(true)
+	s.h.metrics.Draining.Set(1)
+	s.log.Info("draining: readiness off, still serving", "drainDelay", cfg.Shutdown.DrainDelay.D())
+	time.Sleep(cfg.Shutdown.DrainDelay.D())
+
+	grace := cfg.Shutdown.GracePeriod.D()
+	s.log.Info("closing the data listener; finishing in-flight and queued requests", "gracePeriod", grace)
+	// At the end of the grace period, whatever still waits in a queue is refused (503 draining,
+	// with Retry-After); admitted requests keep going until they finish.
+	refuseQueued := time.AfterFunc(grace, func() {
+		if l := s.h.state.Load().policy.limiter; l != nil {
+			l.Drain()
+		}
+	})
+	defer refuseQueued.Stop()
+	// In-flight requests are bounded by the upstream timeout; past that, the connections close.
+	hard, cancel := context.WithTimeout(context.Background(), grace+cfg.UpstreamTimeout.D()+5*time.Second)
+	defer cancel()
+	err := s.data.Shutdown(hard)
+	if err != nil {
+		s.log.Warn("in-flight requests did not finish in time; closing", "err", err)
+		s.data.Close()
+	}
+	s.transport.CloseIdleConnections()
+	adminCtx, cancelAdmin := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancelAdmin()
+	s.admin.Shutdown(adminCtx)
+	s.log.Info("stopped")
+	return err
+}

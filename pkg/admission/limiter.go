@@ -1,0 +1,213 @@
+package admission
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Limiter serves a Core to concurrent callers in real time. Admit returns at once when the core
+// admits or refuses; when it queues, Admit blocks until the core resolves the ticket or the
+// caller's context ends. One timer, armed for the core's next Wake, drives expiries and drains.
+type Limiter struct {
+	mu      sync.Mutex
+	core    Core
+	clock   Clock
+	ev      Events
+	timer   Timer
+	timerAt time.Time
+	tickets sync.Pool
+	// stateless cores (token and leaky buckets) keep nothing per permit: Done skips the lock.
+	stateless bool
+}
+
+// Option configures a Limiter.
+type Option func(*Limiter)
+
+// WithClock sets the clock (default SystemClock).
+func WithClock(c Clock) Option { return func(l *Limiter) { l.clock = c } }
+
+// NewLimiter wraps core for concurrent use.
+func NewLimiter(core Core, opts ...Option) *Limiter {
+	l := &Limiter{core: core, clock: SystemClock{}}
+	for _, o := range opts {
+		o(l)
+	}
+	if s, ok := core.(interface{ stateless() bool }); ok {
+		l.stateless = s.stateless()
+	}
+	l.tickets.New = func() any { return &Ticket{ready: make(chan struct{}, 1), heapIdx: -1} }
+	return l
+}
+
+// Core returns the wrapped core. Use it only under Inspect.
+func (l *Limiter) Core() Core { return l.core }
+
+// Permit is an admitted request's hold on the strategy. Release it exactly once with Done,
+// normally with defer right after Admit succeeds. The zero Permit is invalid.
+type Permit struct {
+	l   *Limiter
+	t   *Ticket
+	gen uint32
+	// Waited is how long the request spent queued before admission.
+	Waited time.Duration
+	// Granted is when the request was admitted.
+	Granted time.Time
+}
+
+// Done releases the permit with the request's outcome. It returns false, and does nothing, if
+// the permit was already released.
+func (p Permit) Done(o Outcome) bool {
+	l := p.l
+	if l == nil {
+		return false
+	}
+	t := p.t
+	if l.stateless {
+		// Nothing to give back: the generation bump alone makes a second Done a no-op.
+		if !t.gen.CompareAndSwap(p.gen, p.gen+1) {
+			return false
+		}
+		l.tickets.Put(t)
+		return true
+	}
+	l.mu.Lock()
+	if !t.gen.CompareAndSwap(p.gen, p.gen+1) {
+		l.mu.Unlock()
+		return false
+	}
+	now := l.clock.Now()
+	l.core.Release(now, t, o, &l.ev)
+	t.state = Cancelled
+	l.flush(now)
+	l.mu.Unlock()
+	l.tickets.Put(t)
+	return true
+}
+
+// Admit asks the strategy to admit req. It returns a Permit, a *Rejection (errors.Is
+// ErrRejected), or ctx.Err() if the context ended while the request waited; a waiting request
+// whose context ends leaves the queue at once.
+func (l *Limiter) Admit(ctx context.Context, req Request) (Permit, error) {
+	if err := ctx.Err(); err != nil {
+		return Permit{}, err
+	}
+	t := l.tickets.Get().(*Ticket)
+	gen := t.gen.Load()
+	l.mu.Lock()
+	now := l.clock.Now()
+	t.Reset(req, now)
+	v := l.core.Offer(now, t, &l.ev)
+	l.flush(now)
+	l.mu.Unlock()
+	switch v {
+	case Admitted:
+		return Permit{l: l, t: t, gen: gen, Granted: t.Granted}, nil
+	case Refused:
+		err := t.Err
+		l.tickets.Put(t)
+		return Permit{}, err
+	}
+	select {
+	case <-t.ready:
+	case <-ctx.Done():
+		l.mu.Lock()
+		if t.state == Pending {
+			now := l.clock.Now()
+			l.core.Cancel(now, t, &l.ev)
+			l.flush(now)
+			l.mu.Unlock()
+			l.tickets.Put(t)
+			return Permit{}, ctx.Err()
+		}
+		l.mu.Unlock()
+		<-t.ready // resolved just now: the notification is already in the channel
+		if t.state == Admitted {
+			Permit{l: l, t: t, gen: gen}.Done(Ignore)
+		} else {
+			l.tickets.Put(t)
+		}
+		return Permit{}, ctx.Err()
+	}
+	if t.state == Admitted {
+		return Permit{l: l, t: t, gen: gen, Waited: t.Granted.Sub(t.Arrival), Granted: t.Granted}, nil
+	}
+	err := t.Err
+	l.tickets.Put(t)
+	return Permit{}, err
+}
+
+// flush notifies the waiters the core resolved and re-arms the wake-up timer. Called with l.mu
+// held; the sends never block (each ticket's channel has room for its one notification).
+func (l *Limiter) flush(now time.Time) {
+	for i := 0; i < l.ev.Len(); i++ {
+		l.ev.At(i).ready <- struct{}{}
+	}
+	l.ev.Reset()
+	w := l.core.Wake()
+	if w.IsZero() || (!l.timerAt.IsZero() && !w.Before(l.timerAt)) {
+		return
+	}
+	l.timerAt = w
+	d := max(w.Sub(now), 0)
+	if l.timer == nil {
+		l.timer = l.clock.AfterFunc(d, l.wake)
+	} else {
+		l.timer.Reset(d)
+	}
+}
+
+// wake runs when the timer fires: it advances the core and re-arms for the next due time.
+func (l *Limiter) wake() {
+	l.mu.Lock()
+	now := l.clock.Now()
+	defer l.mu.Unlock()
+	if !l.timerAt.IsZero() && now.Before(l.timerAt) {
+		// Fired early (the timer was re-armed meanwhile): re-arm for the current due time.
+		l.timer.Reset(l.timerAt.Sub(now))
+		return
+	}
+	l.timerAt = time.Time{}
+	l.core.Advance(now, &l.ev)
+	l.flush(now)
+}
+
+// Drain refuses every queued request with ReasonDraining and every later request likewise.
+// Permits already held stay valid and must still be released.
+func (l *Limiter) Drain() {
+	l.mu.Lock()
+	now := l.clock.Now()
+	l.core.Drain(now, &l.ev)
+	l.flush(now)
+	l.mu.Unlock()
+}
+
+// Stats returns the core's current state.
+func (l *Limiter) Stats() Stats {
+	now := l.clock.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.core.Stats(now)
+}
+
+// StageStats returns the state of each stage (one entry unless the core is a chain).
+func (l *Limiter) StageStats() []Stats {
+	now := l.clock.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	stages := Stages(l.core)
+	out := make([]Stats, len(stages))
+	for i, s := range stages {
+		out[i] = s.Stats(now)
+	}
+	return out
+}
+
+// Inspect calls f with the core while holding the limiter's lock, for reading state that Stats
+// does not report. f must not block or call back into the limiter.
+func (l *Limiter) Inspect(f func(now time.Time, c Core)) {
+	now := l.clock.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	f(now, l.core)
+}
