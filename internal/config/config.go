@@ -42,6 +42,11 @@ type Config struct {
 	Server      Server      `yaml:"server"`
 	StatusCodes StatusCodes `yaml:"statusCodes"`
 	Admission   Admission   `yaml:"admission"`
+	Headers     Headers     `yaml:"headers"`
+	// Clients, when present, limits each client separately (before the admission strategy).
+	Clients *Clients `yaml:"clients"`
+	Routes  []Route  `yaml:"routes"`
+	Reload  Reload   `yaml:"reload"`
 }
 
 // Shutdown is what happens after SIGTERM.
@@ -98,7 +103,9 @@ func Default() Config {
 			RateLimited: 429, QueueFull: 503, QueueTimeout: 503, ConcurrencyLimit: 503,
 			Draining: 503, Deadline: 503, ClientLimited: 429, Denied: 403,
 		},
-		Admission: Admission{Strategy: StrategyNone},
+		Admission: Admission{Strategy: StrategyNone, Adaptive: DefaultAdaptive(), CoDel: DefaultCoDel()},
+		Headers:   defaultHeaders(),
+		Reload:    Reload{Watch: true, Interval: Duration(2 * time.Second)},
 	}
 }
 
@@ -199,6 +206,12 @@ func (c *Config) Validate(errs *Problems) {
 		}
 	}
 	c.Admission.validate(errs, "admission")
+	c.Headers.validate(errs)
+	c.Clients.validate(errs)
+	c.validateRoutes(errs)
+	if c.Reload.Watch {
+		positive(errs, "reload.interval", c.Reload.Interval)
+	}
 }
 
 func checkAddr(errs *Problems, field, addr string) {

@@ -121,3 +121,36 @@ func TestBuildEveryStrategy(t *testing.T) {
 		}
 	}
 }
+
+func TestRouteMatching(t *testing.T) {
+	r := Route{PathPrefix: "/api", Methods: []string{"GET", "POST"}}
+	for _, c := range []struct {
+		method, path string
+		want         bool
+	}{
+		{"GET", "/api", true}, {"GET", "/api/x", true}, {"HEAD", "/api/x", true}, {"GET", "/apix", false},
+		{"DELETE", "/api", false}, {"POST", "/", false},
+	} {
+		if got := r.Matches(c.method, c.path); got != c.want {
+			t.Errorf("%s %s: %v, want %v", c.method, c.path, got, c.want)
+		}
+	}
+	slash := Route{PathPrefix: "/shared/"}
+	if !slash.Matches("PUT", "/shared/a") || slash.Matches("PUT", "/shared") {
+		t.Error("a prefix ending in / matches what starts with it")
+	}
+}
+
+func TestChainStageBlocksStartFromDefaults(t *testing.T) {
+	c, err := Parse([]byte("upstream: http://x:1\nadmission:\n  strategy: chain\n  chain:\n    - tokenBucket: {rate: 10, burst: 5}\n    - adaptive: {maxLimit: 50}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := c.Admission.Chain[1].Adaptive
+	if a.Algorithm != DefaultAlgorithm || a.MinLimit != 1 || a.MaxLimit != 50 {
+		t.Fatalf("chain adaptive block %+v: unset fields must take the defaults", a)
+	}
+	if _, err := c.Admission.Build(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -23,7 +23,14 @@ func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(),
 
 func (d Duration) String() string { return time.Duration(d).String() }
 
-var durationType = reflect.TypeOf(Duration(0))
+var (
+	durationType   = reflect.TypeOf(Duration(0))
+	stdDurationTyp = reflect.TypeOf(time.Duration(0))
+)
+
+// defaulter is implemented by blocks that have defaults of their own: a block that appears in
+// the file (a chain stage's adaptive block, say) starts from them rather than from zero.
+type defaulter interface{ setDefaults() }
 
 // strictDecode decodes a YAML node into v, which must point to a struct. Unlike a plain
 // yaml.Unmarshal it reports every problem, each with its line and the dotted path of the field
@@ -72,7 +79,7 @@ func decodeValue(n *yaml.Node, v reflect.Value, path string, errs *Problems) {
 		return
 	}
 	switch {
-	case v.Type() == durationType:
+	case v.Type() == durationType || v.Type() == stdDurationTyp:
 		if n.Kind != yaml.ScalarNode {
 			errs.addLine(n.Line, path, "want a duration such as \"80ms\", got %s", describe(n))
 			return
@@ -87,6 +94,9 @@ func decodeValue(n *yaml.Node, v reflect.Value, path string, errs *Problems) {
 	case v.Kind() == reflect.Pointer:
 		if v.IsNil() {
 			v.Set(reflect.New(v.Type().Elem()))
+			if d, ok := v.Interface().(defaulter); ok {
+				d.setDefaults()
+			}
 		}
 		decodeValue(n, v.Elem(), path, errs)
 		return

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -28,17 +27,13 @@ type handler struct {
 	proxy   *httputil.ReverseProxy
 }
 
-// runtimeState is everything a reload may replace, swapped atomically.
-type runtimeState struct {
-	cfg      *config.Config
-	upstream *url.URL
-	policy   *policy
-}
-
 type ctxKey struct{}
 
 // exchange carries per-request facts from the handler into the reverse proxy's hooks.
 type exchange struct {
+	policy        *policy
+	deadline      time.Time
+	grpc          bool // the client sent grpc-timeout: forward the remaining time in it too
 	upstreamStart time.Time
 	headersAt     time.Time
 	outcome       string
@@ -48,35 +43,73 @@ type exchange struct {
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	st := h.state.Load()
-	p := st.policy
+	p, routeCost := st.match(r.Method, r.URL.Path)
+	start := time.Now()
+	req, herr := st.spec.parseRequest(r, start, routeCost)
+	if herr != nil {
+		// A malformed admission header is the client's mistake: 400 naming the header.
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(http.StatusBadRequest)
+		fmt.Fprintf(w, "400 Bad Request: %s\n", herr)
+		h.metrics.Requests.WithLabelValues(p.route, p.strategy, metrics.OutcomeClientError, "400").Inc()
+		return
+	}
 	if max := st.cfg.Server.MaxBodyBytes; max > 0 {
 		if r.ContentLength > max {
-			h.refuseTooLarge(w, r, p, max)
+			h.refuseTooLarge(w, p, max)
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, max)
 	}
-	req := admission.Request{Priority: admission.Critical, Cost: 1}
-	start := time.Now()
-
-	var permit admission.Permit
-	if p.limiter != nil {
-		var err error
-		permit, err = p.limiter.Admit(r.Context(), req)
-		if err != nil {
-			var rej *admission.Rejection
-			if errors.As(err, &rej) {
+	if st.clients != nil {
+		if rej := st.clients.Check(start, req.Key, req.Cost); rej != nil && !h.dryRun(p, req, rej) {
+			h.refuse(w, st, p, req, rej)
+			return
+		}
+	}
+	if !req.Deadline.IsZero() {
+		// Work whose client will have given up is not started: refuse a request whose remaining
+		// time is shorter than the route's typical upstream latency (queueing strategies also
+		// add their expected wait, in the strategy).
+		if exp := p.latency.value(); exp > 0 && req.Deadline.Sub(start) < exp {
+			rej := &admission.Rejection{Reason: admission.ReasonDeadline, Stage: p.strategy}
+			if !h.dryRun(p, req, rej) {
 				h.refuse(w, st, p, req, rej)
 				return
 			}
-			// The client went away while it waited: no answer, no upstream call.
-			h.metrics.Requests.WithLabelValues(p.route, p.strategy, metrics.OutcomeCanceled, "499").Inc()
-			return
 		}
-		h.metrics.QueueWait.WithLabelValues(p.route, p.strategy).Observe(permit.Waited.Seconds())
 	}
 
-	ex := &exchange{outcome: metrics.OutcomeSuccess}
+	var permit admission.Permit
+	held := false
+	if p.limiter != nil {
+		var err error
+		if p.dryRun {
+			// Shadow mode: learn what the strategy would do, never delay or refuse.
+			permit, err = p.limiter.TryAdmit(req)
+			var rej *admission.Rejection
+			if errors.As(err, &rej) {
+				h.dryRun(p, req, rej)
+			}
+			held = err == nil
+		} else {
+			permit, err = p.limiter.Admit(r.Context(), req)
+			if err != nil {
+				var rej *admission.Rejection
+				if errors.As(err, &rej) {
+					h.refuse(w, st, p, req, rej)
+					return
+				}
+				// The client went away while it waited: no answer, no upstream call.
+				h.metrics.Requests.WithLabelValues(p.route, p.strategy, metrics.OutcomeCanceled, "499").Inc()
+				return
+			}
+			held = true
+			h.metrics.QueueWait.WithLabelValues(p.route, p.strategy).Observe(permit.Waited.Seconds())
+		}
+	}
+
+	ex := &exchange{policy: p, outcome: metrics.OutcomeSuccess, deadline: req.Deadline, grpc: r.Header.Get("Grpc-Timeout") != ""}
 	defer func() {
 		// A panic (http.ErrAbortHandler when the response copy fails) must still release the
 		// permit and count the request; it is re-raised for net/http to abort the connection.
@@ -88,7 +121,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				ex.outcome = metrics.OutcomeUpstreamError
 			}
 		}
-		if p.limiter != nil {
+		if held {
 			permit.Done(classify(ex))
 		}
 		code := ex.status
@@ -101,10 +134,28 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	ctx := context.WithValue(r.Context(), ctxKey{}, ex)
+	if !req.Deadline.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, req.Deadline)
+		defer cancel()
+	}
 	h.proxy.ServeHTTP(w, r.WithContext(ctx))
 	if !ex.headersAt.IsZero() {
 		h.metrics.RequestDuration.WithLabelValues(p.route).Observe(ex.headersAt.Sub(start).Seconds())
 	}
+}
+
+// dryRun counts a would-be refusal of a dry-run policy and reports whether the request goes on.
+func (h *handler) dryRun(p *policy, req admission.Request, rej *admission.Rejection) bool {
+	if !p.dryRun {
+		return false
+	}
+	stage := rej.Stage
+	if stage == "" {
+		stage = p.strategy
+	}
+	h.metrics.DryRunShed.WithLabelValues(p.route, stage, string(rej.Reason), req.Priority.String()).Inc()
+	return true
 }
 
 // classify maps how a request ended to what the admission strategy learns from it.
@@ -144,7 +195,7 @@ func (h *handler) refuse(w http.ResponseWriter, st *runtimeState, p *policy, req
 	h.metrics.Requests.WithLabelValues(p.route, p.strategy, metrics.OutcomeShed, strconv.Itoa(code)).Inc()
 }
 
-func (h *handler) refuseTooLarge(w http.ResponseWriter, r *http.Request, p *policy, max int64) {
+func (h *handler) refuseTooLarge(w http.ResponseWriter, p *policy, max int64) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Connection", "close")
 	w.WriteHeader(http.StatusRequestEntityTooLarge)
@@ -211,6 +262,16 @@ func (h *handler) newReverseProxy(transport http.RoundTripper) *httputil.Reverse
 			}
 			if ex, ok := pr.In.Context().Value(ctxKey{}).(*exchange); ok {
 				ex.upstreamStart = time.Now()
+				if !ex.deadline.IsZero() {
+					// Forward the remaining deadline, so the upstream can give up in time too.
+					left := max(ex.deadline.Sub(ex.upstreamStart), time.Millisecond).Truncate(time.Millisecond)
+					if name := st.spec.timeoutHeader; name != "" {
+						pr.Out.Header.Set(name, left.String())
+					}
+					if ex.grpc {
+						pr.Out.Header.Set("Grpc-Timeout", strconv.FormatInt(left.Milliseconds(), 10)+"m")
+					}
+				}
 			}
 		},
 		Transport: transport,
@@ -228,8 +289,11 @@ func (h *handler) newReverseProxy(transport http.RoundTripper) *httputil.Reverse
 				ex.outcome = metrics.OutcomeClientError
 			}
 			ex.stream = res.StatusCode == http.StatusSwitchingProtocols || isStream(res.Header.Get("Content-Type"))
-			st := h.state.Load()
-			h.metrics.UpstreamLatency.WithLabelValues(st.policy.route).Observe(ex.headersAt.Sub(ex.upstreamStart).Seconds())
+			lat := ex.headersAt.Sub(ex.upstreamStart)
+			if res.StatusCode < 400 && !ex.stream {
+				ex.policy.latency.observe(lat)
+			}
+			h.metrics.UpstreamLatency.WithLabelValues(ex.policy.route).Observe(lat.Seconds())
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
@@ -266,7 +330,12 @@ func isStream(contentType string) bool {
 // newTransport returns an upstream transport sized for the admission limit: enough idle
 // connections per host that every admitted request can reuse one (the default keeps 2).
 func newTransport(cfg *config.Config) *http.Transport {
-	conns := max(64, 2*concurrencyHint(&cfg.Admission))
+	conns := max(64, 2*cfg.Admission.ConcurrencyHint())
+	for _, r := range cfg.Routes {
+		if r.Admission != nil {
+			conns += 2 * r.Admission.ConcurrencyHint()
+		}
+	}
 	return &http.Transport{
 		Proxy:                 nil, // never an environment proxy: the upstream is local
 		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
@@ -278,38 +347,4 @@ func newTransport(cfg *config.Config) *http.Transport {
 		DisableCompression:    true, // pass encodings through untouched
 		ForceAttemptHTTP2:     false,
 	}
-}
-
-// concurrencyHint estimates how many requests the strategy lets through at once.
-func concurrencyHint(a *config.Admission) int {
-	hint := 0
-	add := func(tb *config.TokenBucket, lb *config.LeakyBucket, bq *config.BoundedQueue, in *config.Inflight) {
-		switch {
-		case in != nil:
-			hint = max(hint, int(in.Limit))
-		case bq != nil:
-			hint = max(hint, int(bq.Concurrency))
-		case tb != nil:
-			hint = max(hint, tb.Burst)
-		case lb != nil:
-			hint = max(hint, int(lb.Depth))
-		}
-	}
-	switch a.Strategy {
-	case config.StrategyChain:
-		for _, s := range a.Chain {
-			add(s.TokenBucket, s.LeakyBucket, s.BoundedQueue, s.Inflight)
-		}
-	case config.StrategyInflight:
-		add(nil, nil, nil, a.Inflight)
-	case config.StrategyBoundedQ:
-		add(nil, nil, a.BoundedQueue, nil)
-	case config.StrategyTokenBucket:
-		add(a.TokenBucket, nil, nil, nil)
-	case config.StrategyLeakyBucket:
-		add(nil, a.LeakyBucket, nil, nil)
-	default:
-		hint = 128
-	}
-	return min(hint, 4096)
 }

@@ -28,6 +28,7 @@ type gate struct {
 	waiting atomic.Int64
 	release chan struct{}
 	last    atomic.Pointer[http.Request]
+	delay   atomic.Int64 // service time of every request, nanoseconds
 }
 
 func newGate() *gate { return &gate{release: make(chan struct{})} }
@@ -35,6 +36,9 @@ func newGate() *gate { return &gate{release: make(chan struct{})} }
 func (g *gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.hits.Add(1)
 	g.last.Store(r.Clone(context.Background()))
+	if d := g.delay.Load(); d > 0 {
+		time.Sleep(time.Duration(d)) // the upstream's own service time, not a test wait
+	}
 	if r.URL.Query().Get("wait") != "" {
 		g.waiting.Add(1)
 		select {
@@ -59,6 +63,18 @@ func until(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+func newUpstream(t *testing.T, h http.Handler) string {
+	up := httptest.NewServer(h)
+	t.Cleanup(up.Close)
+	return up.URL
+}
+
+func newFront(t *testing.T, s *Server) string {
+	front := httptest.NewServer(s.Handler())
+	t.Cleanup(front.Close)
+	return front.URL
 }
 
 type harness struct {

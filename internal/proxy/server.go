@@ -10,7 +10,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
+	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -43,18 +44,27 @@ type Server struct {
 	data, admin     *http.Server
 	dataLn, adminLn net.Listener
 	transport       *http.Transport
+
+	configPath   string
+	overrides    func(*config.Config)
+	reloadMu     sync.Mutex
+	lastConfig   []byte // the file content running now
+	lastRejected []byte // the last content that failed to load, not retried until it changes
 }
 
 // New builds a proxy for cfg (which must be valid) without listening yet.
 func New(cfg *config.Config, opts Options) (*Server, error) {
-	s := &Server{reg: opts.Registry, log: opts.Logger}
+	s := &Server{reg: opts.Registry, log: opts.Logger, configPath: opts.ConfigPath, overrides: opts.Overrides}
+	if s.configPath != "" {
+		s.lastConfig, _ = os.ReadFile(s.configPath)
+	}
 	if s.reg == nil {
 		s.reg = prometheus.NewRegistry()
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	st, err := buildState(cfg)
+	st, err := buildState(cfg, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -66,20 +76,12 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	return s, nil
 }
 
-func buildState(cfg *config.Config) (*runtimeState, error) {
-	u, err := url.Parse(cfg.Upstream)
-	if err != nil {
-		return nil, fmt.Errorf("upstream: %w", err)
-	}
-	p, err := newPolicy("default", &cfg.Admission)
-	if err != nil {
-		return nil, fmt.Errorf("admission: %w", err)
-	}
-	return &runtimeState{cfg: cfg, upstream: u, policy: p}, nil
-}
-
 func (s *Server) stageStates() []metrics.StageState {
-	return s.h.state.Load().policy.state()
+	var out []metrics.StageState
+	for _, p := range s.h.state.Load().policies() {
+		out = append(out, p.state()...)
+	}
+	return out
 }
 
 // Handler returns the data-port handler (for tests that serve it themselves).
@@ -152,6 +154,11 @@ func (s *Server) Serve(ctx context.Context) error {
 	s.log.Info("serving", "listen", s.dataLn.Addr().String(), "admin", s.adminLn.Addr().String(),
 		"upstream", cfg.Upstream, "strategy", cfg.Admission.Strategy)
 
+	if s.configPath != "" {
+		watchCtx, stopWatch := context.WithCancel(ctx)
+		defer stopWatch()
+		go s.watch(watchCtx)
+	}
 	select {
 	case err := <-errc:
 		s.data.Close()
@@ -181,8 +188,10 @@ func (s *Server) shutdown() error {
 	// At the end of the grace period, whatever still waits in a queue is refused (503 draining,
 	// with Retry-After); admitted requests keep going until they finish.
 	refuseQueued := time.AfterFunc(grace, func() {
-		if l := s.h.state.Load().policy.limiter; l != nil {
-			l.Drain()
+		for _, p := range s.h.state.Load().policies() {
+			if p.limiter != nil {
+				p.limiter.Drain()
+			}
 		}
 	})
 	defer refuseQueued.Stop()

@@ -22,7 +22,7 @@ func Stages(c Core) []Core {
 
 type chain struct {
 	stages   []Core
-	sub      Events   // what the stages resolve, processed before returning
+	sub      Events    // what the stages resolve, processed before returning
 	free     []*Ticket // spare child tickets
 	inFlight int64
 	pending  int

@@ -58,6 +58,10 @@ type Stats struct {
 	Limit float64
 	// Tokens is the number of tokens available (token buckets), -1 otherwise.
 	Tokens float64
+	// Adaptive limits also report their floor and ceiling, their no-load latency estimate and
+	// their latest latency sample.
+	LimitFloor, LimitCeiling float64
+	MinRTT, SampleRTT        time.Duration
 }
 
 // Ticket is one request passing through a Core. Drivers allocate and reuse tickets; cores keep

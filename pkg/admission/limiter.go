@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 )
@@ -210,4 +211,34 @@ func (l *Limiter) Inspect(f func(now time.Time, c Core)) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	f(now, l.core)
+}
+
+// ErrWouldWait is returned by TryAdmit when the strategy would queue the request.
+var ErrWouldWait = errors.New("admission: the request would wait")
+
+// TryAdmit decides without waiting: it admits, refuses (a *Rejection), or returns ErrWouldWait
+// and leaves nothing queued. Dry-run policies use it to learn what a strategy would do without
+// delaying anyone.
+func (l *Limiter) TryAdmit(req Request) (Permit, error) {
+	t := l.tickets.Get().(*Ticket)
+	gen := t.gen.Load()
+	l.mu.Lock()
+	now := l.clock.Now()
+	t.Reset(req, now)
+	v := l.core.Offer(now, t, &l.ev)
+	if v == Pending {
+		l.core.Cancel(now, t, &l.ev)
+	}
+	l.flush(now)
+	l.mu.Unlock()
+	switch v {
+	case Admitted:
+		return Permit{l: l, t: t, gen: gen, Granted: t.Granted}, nil
+	case Refused:
+		err := t.Err
+		l.tickets.Put(t)
+		return Permit{}, err
+	}
+	l.tickets.Put(t)
+	return Permit{}, ErrWouldWait
 }

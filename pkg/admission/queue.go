@@ -52,6 +52,17 @@ func (q *waitQueue) peek(lifo bool) *Ticket {
 	return nil
 }
 
+// oldest returns the ticket that has waited longest, whatever its priority, or nil.
+func (q *waitQueue) oldest() *Ticket {
+	var o *Ticket
+	for _, h := range q.heads {
+		if h != nil && (o == nil || h.Arrival.Before(o.Arrival)) {
+			o = h
+		}
+	}
+	return o
+}
+
 // lowest returns the least important ticket waiting (the newest of the lowest level), the one to
 // displace when a more important request arrives at a full queue.
 func (q *waitQueue) lowest() *Ticket {

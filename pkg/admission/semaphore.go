@@ -2,6 +2,7 @@ package admission
 
 import (
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -13,6 +14,8 @@ type BoundedQueueConfig struct {
 	Depth       int64
 	// MaxWait bounds the time in the queue; zero means only the depth bounds it.
 	MaxWait time.Duration
+	// Priorities shares the limit between priority levels (optional).
+	Priorities PriorityConfig
 }
 
 // Validate reports every problem with the configuration.
@@ -27,13 +30,15 @@ func (c BoundedQueueConfig) Validate() error {
 	if c.MaxWait < 0 {
 		errs.add("maxWait", "must not be negative, got %s", c.MaxWait)
 	}
+	c.Priorities.validate(&errs)
 	return errs.err()
 }
 
 // InflightConfig configures an in-flight shedder: at most Limit cost units in progress; the next
 // request is refused at once.
 type InflightConfig struct {
-	Limit int64
+	Limit      int64
+	Priorities PriorityConfig
 }
 
 // Validate reports every problem with the configuration.
@@ -42,7 +47,32 @@ func (c InflightConfig) Validate() error {
 	if c.Limit < 1 {
 		errs.add("limit", "must be at least 1, got %d", c.Limit)
 	}
+	c.Priorities.validate(&errs)
 	return errs.err()
+}
+
+// PriorityConfig keeps a share of a concurrency limit for the most important requests.
+//
+// Requests of priority ReservedFor or more important may hold up to Reserved x limit permits
+// even when the limit is reached; everyone may use the limit itself, so less important levels
+// borrow whatever the important ones leave idle (the partitioned limiter of Netflix's
+// concurrency-limits: a partition's share binds only when the global limit is reached). Queues
+// always serve the most important waiter first, and a full queue makes room for an important
+// request by refusing the newest of the least important waiters.
+type PriorityConfig struct {
+	// Reserved is the share of the limit guaranteed to important requests, from 0 to 1.
+	Reserved float64
+	// ReservedFor is the least important level the reservation covers (default CriticalPlus).
+	ReservedFor Priority
+}
+
+func (c PriorityConfig) validate(errs *fieldErrors) {
+	if !(c.Reserved >= 0 && c.Reserved <= 1) {
+		errs.add("priorities.reserved", "must be a share from 0 to 1, got %v", c.Reserved)
+	}
+	if c.ReservedFor >= NumPriorities {
+		errs.add("priorities.reservedFor", "unknown priority %d", c.ReservedFor)
+	}
 }
 
 // NewBoundedQueue returns the bounded-queue strategy as a Core.
@@ -50,7 +80,7 @@ func NewBoundedQueue(c BoundedQueueConfig) (Core, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	return &semaphore{name: "bounded-queue", limit: c.Concurrency, depth: c.Depth, maxWait: c.MaxWait}, nil
+	return &semaphore{name: "bounded-queue", limit: float64(c.Concurrency), depth: c.Depth, maxWait: c.MaxWait, prio: c.Priorities}, nil
 }
 
 // NewInflight returns the in-flight shedder as a Core.
@@ -58,43 +88,94 @@ func NewInflight(c InflightConfig) (Core, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	return &semaphore{name: "inflight", limit: c.Limit}, nil
+	return &semaphore{name: "inflight", limit: float64(c.Limit), prio: c.Priorities}, nil
 }
 
-// semaphore is a weighted semaphore with an optional bounded wait queue. It is the in-flight
-// shedder (depth 0) and the bounded queue.
+// semaphore is a weighted semaphore with an optional bounded wait queue. With a fixed limit and
+// no queue it is the in-flight shedder; with a queue, the bounded queue; with an adaptive
+// controller, the adaptive strategy; with a controlled-delay discipline, CoDel.
 type semaphore struct {
 	name     string
-	limit    int64
+	limit    float64 // permits = floor(limit), at least 1
 	depth    int64
 	maxWait  time.Duration
 	lifo     bool
 	inUse    int64
 	q        waitQueue
 	draining bool
-	meanHold time.Duration // moving average of permit hold times, for Retry-After
+	meanHold time.Duration // moving average of successful hold times: Retry-After and deadlines
+
+	prio       PriorityConfig
+	importants int64 // cost held by requests the reservation covers
+
+	adapt *controller // nil: a fixed limit
+	codel *codel      // nil: a plain FIFO queue with maxWait
 }
 
 func (s *semaphore) Name() string { return s.name }
+
+func (s *semaphore) permits() int64 {
+	return max(int64(s.limit), 1)
+}
+
+func (s *semaphore) important(t *Ticket) bool {
+	return s.prio.Reserved > 0 && clampPriority(t.Req.Priority) <= s.prio.ReservedFor
+}
+
+// fits reports whether t may take permits now: under the limit, or within the reserved share.
+func (s *semaphore) fits(t *Ticket) bool {
+	if s.inUse+t.cost <= s.permits() {
+		return true
+	}
+	return s.important(t) && s.importants+t.cost <= int64(math.Floor(s.prio.Reserved*float64(s.permits())))
+}
+
+func (s *semaphore) take(now time.Time, t *Ticket) {
+	s.inUse += t.cost
+	if s.important(t) {
+		s.importants += t.cost
+	}
+	t.admit(now)
+	if s.adapt != nil {
+		s.adapt.inflight(s.inUse)
+	}
+}
 
 func (s *semaphore) Offer(now time.Time, t *Ticket, ev *Events) Verdict {
 	if r := doorCheck(now, t, s.draining, s.name); r != nil {
 		t.refuse(r)
 		return Refused
 	}
-	t.cost = min(t.Req.cost(), s.limit)
-	if s.inUse+t.cost <= s.limit && s.aheadOf(t) {
-		s.inUse += t.cost
-		t.admit(now)
+	t.cost = min(t.Req.cost(), s.permits())
+	free := s.fits(t) && s.aheadOf(t)
+	if d := t.Req.Deadline; !d.IsZero() && s.meanHold > 0 {
+		// Refuse at once a request that cannot finish in time: its expected wait plus service.
+		expect := s.meanHold
+		if !free {
+			ahead := float64(s.q.cost+t.cost) / float64(s.permits())
+			expect += time.Duration(ahead * float64(s.meanHold))
+		}
+		if d.Sub(now) < expect {
+			t.refuse(&Rejection{Reason: ReasonDeadline, Stage: s.name})
+			return Refused
+		}
+	}
+	if free {
+		if s.codel != nil {
+			s.codel.roll(now, &s.q)
+			s.codel.sample(0) // admitted without waiting: no queue stands
+		}
+		s.take(now, t)
 		return Admitted
 	}
 	if s.depth == 0 {
 		t.refuse(&Rejection{Reason: ReasonConcurrencyLimit, RetryAfter: s.meanHold, Stage: s.name})
 		return Refused
 	}
-	cost := min(t.cost, s.depth)
+	depth := s.depth
+	cost := min(t.cost, max(depth, 1))
 	// Make room by displacing less important waiters, newest first.
-	for s.q.cost+cost > s.depth {
+	for s.q.cost+cost > depth {
 		low := s.q.lowest()
 		if low == nil || low.Req.Priority <= t.Req.Priority {
 			t.refuse(&Rejection{Reason: ReasonQueueFull, RetryAfter: s.retryAfter(), Stage: s.name})
@@ -123,12 +204,23 @@ func (s *semaphore) retryAfter() time.Duration {
 	return s.meanHold
 }
 
-func (s *semaphore) Release(now time.Time, t *Ticket, _ Outcome, ev *Events) {
+func (s *semaphore) Release(now time.Time, t *Ticket, o Outcome, ev *Events) {
 	s.inUse -= t.cost
-	if hold := now.Sub(t.Granted); hold >= 0 {
+	if s.important(t) {
+		s.importants -= t.cost
+	}
+	hold := now.Sub(t.Granted)
+	if o == Success && hold >= 0 {
 		// An exponentially weighted average with weight 1/16: cheap and stable enough for a
-		// Retry-After hint.
-		s.meanHold += (hold - s.meanHold) / 16
+		// Retry-After hint and deadline checks.
+		if s.meanHold == 0 {
+			s.meanHold = hold
+		} else {
+			s.meanHold += (hold - s.meanHold) / 16
+		}
+	}
+	if s.adapt != nil {
+		s.limit = s.adapt.sample(now, hold, o, s.limit, s.q.len())
 	}
 	s.grant(now, ev)
 }
@@ -136,13 +228,22 @@ func (s *semaphore) Release(now time.Time, t *Ticket, _ Outcome, ev *Events) {
 // grant admits waiters, most important first, while their cost fits.
 func (s *semaphore) grant(now time.Time, ev *Events) {
 	for {
+		if s.codel != nil {
+			s.codel.roll(now, &s.q)
+			s.lifo = s.codel.overloaded
+			s.codel.slough(now, &s.q, s.name, ev)
+		}
 		h := s.q.peek(s.lifo)
-		if h == nil || s.inUse+h.cost > s.limit {
+		if h == nil || !s.fits(h) {
 			return
 		}
+		if s.codel != nil {
+			// The standing-queue signal is how long the oldest waiter has waited, whichever
+			// waiter is served: under LIFO the served one is fresh while the queue still stands.
+			s.codel.sample(now.Sub(s.q.oldest().Arrival))
+		}
 		s.q.remove(h)
-		s.inUse += h.cost
-		h.admit(now)
+		s.take(now, h)
 		ev.Add(h)
 	}
 }
@@ -161,7 +262,13 @@ func (s *semaphore) Advance(now time.Time, ev *Events) {
 	s.grant(now, ev)
 }
 
-func (s *semaphore) Wake() time.Time { return s.q.nextExpiry() }
+func (s *semaphore) Wake() time.Time {
+	w := s.q.nextExpiry()
+	if s.codel != nil {
+		w = earliest(w, s.codel.wake(&s.q))
+	}
+	return w
+}
 
 func (s *semaphore) Drain(_ time.Time, ev *Events) {
 	s.draining = true
@@ -169,14 +276,20 @@ func (s *semaphore) Drain(_ time.Time, ev *Events) {
 }
 
 func (s *semaphore) Stats(time.Time) Stats {
-	return Stats{
+	st := Stats{
 		InFlight:       s.inUse,
 		Queued:         s.q.cost,
 		QueuedRequests: s.q.len(),
 		Buffered:       s.inUse + s.q.cost,
-		Limit:          float64(s.limit),
+		Limit:          float64(s.permits()),
 		Tokens:         -1,
 	}
+	if s.adapt != nil {
+		st.Limit = s.limit
+		st.LimitFloor, st.LimitCeiling = s.adapt.min, s.adapt.max
+		st.MinRTT, st.SampleRTT = s.adapt.minRTT.Value(), s.adapt.lastRTT
+	}
+	return st
 }
 
 // doorCheck refuses what no strategy may admit: anything while draining, and a request whose

@@ -1,0 +1,165 @@
+package proxy
+
+import (
+	"fmt"
+	"math"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/loadshed/loadshed/pkg/admission"
+)
+
+// headerError is a malformed request header: the client gets 400 naming the header.
+type headerError struct {
+	header, msg string
+}
+
+func (e *headerError) Error() string { return e.header + ": " + e.msg }
+
+// parseGRPCTimeout parses a grpc-timeout header value: at most 8 digits and a unit, H (hours),
+// M (minutes), S (seconds), m (milliseconds), u (microseconds) or n (nanoseconds).
+func parseGRPCTimeout(v string) (time.Duration, error) {
+	if len(v) < 2 || len(v) > 9 {
+		return 0, fmt.Errorf("want 1 to 8 digits and a unit (H, M, S, m, u, n), got %q", v)
+	}
+	n, err := strconv.ParseUint(v[:len(v)-1], 10, 64)
+	if err != nil || strings.ContainsAny(v[:1], "+-") {
+		return 0, fmt.Errorf("want 1 to 8 digits and a unit (H, M, S, m, u, n), got %q", v)
+	}
+	var unit time.Duration
+	switch v[len(v)-1] {
+	case 'H':
+		unit = time.Hour
+	case 'M':
+		unit = time.Minute
+	case 'S':
+		unit = time.Second
+	case 'm':
+		unit = time.Millisecond
+	case 'u':
+		unit = time.Microsecond
+	case 'n':
+		unit = time.Nanosecond
+	default:
+		return 0, fmt.Errorf("unknown unit %q (want H, M, S, m, u or n)", v[len(v)-1:])
+	}
+	// 8 digits of hours overflow a Duration; cap at its maximum.
+	if n > uint64(math.MaxInt64/int64(unit)) {
+		return time.Duration(math.MaxInt64), nil
+	}
+	return time.Duration(n) * unit, nil
+}
+
+// parseTimeout parses a request-timeout header: a Go duration ("1.5s", "250ms") or a number of
+// seconds ("2", "0.25"). It must be positive.
+func parseTimeout(v string) (time.Duration, error) {
+	v = strings.TrimSpace(v)
+	if d, err := time.ParseDuration(v); err == nil {
+		if d <= 0 {
+			return 0, fmt.Errorf("must be positive, got %q", v)
+		}
+		return d, nil
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0, fmt.Errorf("want a duration (\"1.5s\") or seconds (\"2\"), got %q", v)
+	}
+	if f <= 0 {
+		return 0, fmt.Errorf("must be positive, got %q", v)
+	}
+	if f > math.MaxInt64/float64(time.Second) {
+		return time.Duration(math.MaxInt64), nil
+	}
+	return time.Duration(f * float64(time.Second)), nil
+}
+
+// requestSpec says how to read admission attributes from a request.
+type requestSpec struct {
+	priorityHeader  string
+	defaultPriority admission.Priority
+	costHeader      string
+	maxCost         int64
+	timeoutHeader   string
+	grpcTimeout     bool
+	clientKeyHeader string // empty: the client's address
+	trustForwarded  bool
+}
+
+// parseRequest reads priority, cost, deadline and client key. A malformed header is an error
+// naming it; a missing one takes the default.
+func (s *requestSpec) parseRequest(r *http.Request, now time.Time, routeCost int64) (admission.Request, *headerError) {
+	req := admission.Request{Priority: s.defaultPriority, Cost: max(routeCost, 1)}
+	if s.priorityHeader != "" {
+		if v := r.Header.Get(s.priorityHeader); v != "" {
+			p, err := admission.ParsePriority(strings.ToLower(strings.TrimSpace(v)))
+			if err != nil {
+				return req, &headerError{s.priorityHeader, err.Error()}
+			}
+			req.Priority = p
+		}
+	}
+	if s.costHeader != "" {
+		if v := r.Header.Get(s.costHeader); v != "" {
+			c, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil || c < 1 || c > s.maxCost {
+				return req, &headerError{s.costHeader, fmt.Sprintf("want an integer from 1 to %d, got %q", s.maxCost, v)}
+			}
+			req.Cost = c
+		}
+	}
+	var timeout time.Duration
+	if s.timeoutHeader != "" {
+		if v := r.Header.Get(s.timeoutHeader); v != "" {
+			d, err := parseTimeout(v)
+			if err != nil {
+				return req, &headerError{s.timeoutHeader, err.Error()}
+			}
+			timeout = d
+		}
+	}
+	if s.grpcTimeout {
+		if v := r.Header.Get("Grpc-Timeout"); v != "" {
+			d, err := parseGRPCTimeout(v)
+			if err != nil {
+				return req, &headerError{"grpc-timeout", err.Error()}
+			}
+			if timeout == 0 || d < timeout {
+				timeout = d
+			}
+		}
+	}
+	if timeout > 0 && timeout < time.Duration(math.MaxInt64)-time.Duration(now.UnixNano()) {
+		req.Deadline = now.Add(timeout)
+	}
+	req.Key = s.clientKey(r)
+	return req, nil
+}
+
+// clientKey is the configured header's value, or the client's address (the first
+// X-Forwarded-For hop when forwarded headers are trusted).
+func (s *requestSpec) clientKey(r *http.Request) string {
+	if s.clientKeyHeader != "" {
+		if v := r.Header.Get(s.clientKeyHeader); v != "" {
+			if len(v) > 256 {
+				v = v[:256]
+			}
+			return v
+		}
+	}
+	if s.trustForwarded {
+		if xff := r.Header.Get("X-Forwarded-For"); xff != "" {
+			first, _, _ := strings.Cut(xff, ",")
+			if ip := net.ParseIP(strings.TrimSpace(first)); ip != nil {
+				return ip.String()
+			}
+		}
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}

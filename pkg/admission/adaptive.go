@@ -1,0 +1,190 @@
+package admission
+
+import (
+	"math"
+	"slices"
+	"time"
+
+	"github.com/loadshed/loadshed/pkg/admission/limit"
+)
+
+// AdaptiveConfig configures the adaptive strategy: an in-flight limit that a limit algorithm
+// moves from latency samples, with an optional bounded wait queue. No capacity needs to be
+// configured: the algorithm finds it.
+type AdaptiveConfig struct {
+	// Algorithm computes the next limit from each window of samples (package limit).
+	Algorithm limit.Algorithm
+	// InitialLimit is the limit before any sample (warm start); MinLimit and MaxLimit clamp it.
+	InitialLimit, MinLimit, MaxLimit float64
+	// SlowStart: for this long after the first request, a saturated limit that sees no sign of
+	// overload at least doubles each window (like TCP slow start), so a fresh pod finds its
+	// capacity in a few windows instead of shedding while it creeps up. Zero disables it.
+	SlowStart time.Duration
+	// Window is the shortest update interval; a window also needs MinSamples outcomes, and
+	// closes after MaxWindow whatever it holds (defaults 100 ms, 10, 1 s).
+	Window, MaxWindow time.Duration
+	MinSamples        int
+	// MinRTTWindows is how many windows the no-load latency estimate remembers (default 100).
+	MinRTTWindows int
+	// QueueDepth and MaxWait configure the optional wait queue (depth 0: refuse at once).
+	QueueDepth int64
+	MaxWait    time.Duration
+	Priorities PriorityConfig
+}
+
+func (c *AdaptiveConfig) defaults() {
+	if c.Window == 0 {
+		c.Window = 100 * time.Millisecond
+	}
+	if c.MaxWindow == 0 {
+		c.MaxWindow = time.Second
+	}
+	if c.MinSamples == 0 {
+		c.MinSamples = 10
+	}
+	if c.MinRTTWindows == 0 {
+		c.MinRTTWindows = 100
+	}
+}
+
+// Validate reports every problem with the configuration.
+func (c AdaptiveConfig) Validate() error {
+	var errs fieldErrors
+	c.validate(&errs)
+	return errs.err()
+}
+
+func (c AdaptiveConfig) validate(errs *fieldErrors) {
+	c.defaults()
+	if c.Algorithm == nil {
+		errs.add("algorithm", "required")
+	}
+	if !(c.MinLimit >= 1) {
+		errs.add("minLimit", "must be at least 1, got %v", c.MinLimit)
+	}
+	if !(c.MaxLimit >= c.MinLimit) || math.IsInf(c.MaxLimit, 0) {
+		errs.add("maxLimit", "must be finite and at least minLimit (%v), got %v", c.MinLimit, c.MaxLimit)
+	}
+	if !(c.InitialLimit >= c.MinLimit && c.InitialLimit <= c.MaxLimit) {
+		errs.add("initialLimit", "must lie within [minLimit, maxLimit] = [%v, %v], got %v", c.MinLimit, c.MaxLimit, c.InitialLimit)
+	}
+	if c.SlowStart < 0 {
+		errs.add("slowStart", "must not be negative, got %s", c.SlowStart)
+	}
+	if c.Window <= 0 || c.MaxWindow < c.Window {
+		errs.add("window", "must be positive and at most maxWindow, got %s and %s", c.Window, c.MaxWindow)
+	}
+	if c.MinSamples < 1 {
+		errs.add("minSamples", "must be at least 1, got %d", c.MinSamples)
+	}
+	if c.QueueDepth < 0 {
+		errs.add("queue.depth", "must not be negative, got %d", c.QueueDepth)
+	}
+	if c.MaxWait < 0 {
+		errs.add("queue.maxWait", "must not be negative, got %s", c.MaxWait)
+	}
+	c.Priorities.validate(errs)
+}
+
+// NewAdaptive returns the adaptive strategy as a Core.
+func NewAdaptive(c AdaptiveConfig) (Core, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	c.defaults()
+	return &semaphore{
+		name: "adaptive", limit: c.InitialLimit, depth: c.QueueDepth, maxWait: c.MaxWait,
+		prio: c.Priorities, adapt: newController(c),
+	}, nil
+}
+
+// maxWindowSamples bounds the memory of one window; a busier window closes early.
+const maxWindowSamples = 1024
+
+// controller gathers outcomes into windows and moves the limit with the algorithm. It holds no
+// lock and reads no clock: the semaphore calls it with the time of each release.
+type controller struct {
+	algo                 limit.Algorithm
+	min, max             float64
+	window, maxWindow    time.Duration
+	minSamples           int
+	minRTT               *limit.MinRTT
+	slowStart            time.Duration
+	slowUntil            time.Time
+	slowDone             bool
+	start                time.Time // of the current window, zero before the first sample
+	rtts                 []time.Duration
+	dropped, maxInFlight int
+	lastRTT              time.Duration
+}
+
+func newController(c AdaptiveConfig) *controller {
+	return &controller{
+		algo: c.Algorithm, min: c.MinLimit, max: c.MaxLimit,
+		window: c.Window, maxWindow: c.MaxWindow, minSamples: c.MinSamples,
+		minRTT: limit.NewMinRTT(c.MinRTTWindows), slowStart: c.SlowStart,
+		rtts: make([]time.Duration, 0, 64),
+	}
+}
+
+// inflight records the in-flight count after an admission.
+func (c *controller) inflight(n int64) {
+	c.maxInFlight = max(c.maxInFlight, int(n))
+}
+
+// minSampleRTT: latencies below this are not samples of a real upstream round trip (Netflix
+// ignores RTTs under 100 µs too).
+const minSampleRTT = 100 * time.Microsecond
+
+// sample takes one outcome and returns the limit, updated when a window closes.
+func (c *controller) sample(now time.Time, rtt time.Duration, o Outcome, cur float64, backlog int) float64 {
+	if c.start.IsZero() {
+		c.start = now
+		c.slowUntil = now.Add(c.slowStart)
+	}
+	switch o {
+	case Success:
+		if rtt >= minSampleRTT {
+			c.rtts = append(c.rtts, rtt)
+		}
+	case Dropped:
+		c.dropped++
+	}
+	n := len(c.rtts) + c.dropped
+	elapsed := now.Sub(c.start)
+	if !(elapsed >= c.window && n >= c.minSamples) && elapsed < c.maxWindow && len(c.rtts) < maxWindowSamples {
+		return cur
+	}
+	next := cur
+	if n > 0 {
+		w := limit.Window{Samples: len(c.rtts), Dropped: c.dropped, MaxInFlight: c.maxInFlight, Backlog: backlog}
+		if len(c.rtts) > 0 {
+			slices.Sort(c.rtts)
+			w.RTT = c.rtts[len(c.rtts)/2]
+			// The window's 10th percentile, not its minimum: one lucky sample must not drag the
+			// no-load estimate down, and scheduler noise inflates most samples a little.
+			w.MinRTT = c.minRTT.Observe(c.rtts[len(c.rtts)/10])
+			c.lastRTT = w.RTT
+		} else {
+			w.MinRTT = c.minRTT.Value()
+		}
+		next = c.algo.Update(cur, w)
+		if !c.slowDone {
+			switch {
+			case now.After(c.slowUntil) || next < cur || w.Dropped > 0:
+				c.slowDone = true
+			case w.MaxInFlight >= int(cur):
+				next = max(next, 2*cur)
+			}
+		}
+		if math.IsNaN(next) || math.IsInf(next, 0) {
+			next = cur
+		}
+		next = min(max(next, c.min), c.max)
+	}
+	c.start = now
+	c.rtts = c.rtts[:0]
+	c.dropped = 0
+	c.maxInFlight = 0
+	return next
+}

@@ -1,0 +1,233 @@
+package admission_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/loadshed/loadshed/pkg/admission"
+	"github.com/loadshed/loadshed/pkg/admission/limit"
+)
+
+// recorder is a fake algorithm: it records every window and returns a scripted limit.
+type recorder struct {
+	windows []limit.Window
+	next    func(cur float64, w limit.Window) float64
+}
+
+func (r *recorder) Name() string { return "recorder" }
+func (r *recorder) Update(cur float64, w limit.Window) float64 {
+	r.windows = append(r.windows, w)
+	return r.next(cur, w)
+}
+
+// drive admits n requests at once on the core at now, holds them for hold, and releases them
+// with outcome o; it returns how many were admitted.
+func drive(c admission.Core, now time.Time, n int, hold time.Duration, o admission.Outcome) int {
+	var ev admission.Events
+	var held []*admission.Ticket
+	for range n {
+		t := &admission.Ticket{}
+		t.Reset(admission.Request{Priority: admission.Critical}, now)
+		if c.Offer(now, t, &ev) == admission.Admitted {
+			held = append(held, t)
+		}
+	}
+	for _, t := range held {
+		c.Release(now.Add(hold), t, o, &ev)
+	}
+	return len(held)
+}
+
+func TestAdaptiveWindowsFeedTheAlgorithm(t *testing.T) {
+	rec := &recorder{next: func(cur float64, w limit.Window) float64 { return cur + 1 }}
+	core := must(admission.NewAdaptive(admission.AdaptiveConfig{
+		Algorithm: rec, InitialLimit: 4, MinLimit: 1, MaxLimit: 6,
+		Window: 100 * time.Millisecond, MinSamples: 4,
+	}))
+	now := t0
+	// Four successes of 20 ms each within one window: no update until the window's time is up.
+	if got := drive(core, now, 6, 20*time.Millisecond, admission.Success); got != 4 {
+		t.Fatalf("admitted %d, want the initial limit 4", got)
+	}
+	if len(rec.windows) != 0 {
+		t.Fatalf("updated before the window ended: %+v", rec.windows)
+	}
+	now = now.Add(100 * time.Millisecond)
+	drive(core, now, 1, 30*time.Millisecond, admission.Success)
+	if len(rec.windows) != 1 {
+		t.Fatalf("windows = %d, want 1", len(rec.windows))
+	}
+	w := rec.windows[0]
+	if w.Samples != 5 || w.Dropped != 0 || w.RTT != 20*time.Millisecond || w.MaxInFlight != 4 {
+		t.Fatalf("window %+v, want 5 samples, p50 20ms, max in flight 4", w)
+	}
+	if w.MinRTT != 20*time.Millisecond {
+		t.Fatalf("min RTT %v, want 20ms", w.MinRTT)
+	}
+	st := core.Stats(now)
+	if st.Limit != 5 || st.LimitFloor != 1 || st.LimitCeiling != 6 || st.SampleRTT != 20*time.Millisecond {
+		t.Fatalf("stats %+v, want limit 5 with floor 1, ceiling 6", st)
+	}
+	// The ceiling clamps whatever the algorithm says.
+	for i := range 5 {
+		now = now.Add(100 * time.Millisecond)
+		drive(core, now, 4+i, 20*time.Millisecond, admission.Success)
+	}
+	if st := core.Stats(now); st.Limit != 6 {
+		t.Fatalf("limit %v, want the ceiling 6", st.Limit)
+	}
+}
+
+func TestAdaptiveDropsAndIgnores(t *testing.T) {
+	rec := &recorder{next: func(cur float64, w limit.Window) float64 { return cur }}
+	core := must(admission.NewAdaptive(admission.AdaptiveConfig{
+		Algorithm: rec, InitialLimit: 8, MinLimit: 1, MaxLimit: 8, Window: 10 * time.Millisecond, MinSamples: 1,
+	}))
+	drive(core, t0, 3, time.Millisecond, admission.Ignore)
+	drive(core, t0.Add(10*time.Millisecond), 2, time.Millisecond, admission.Dropped)
+	if len(rec.windows) != 1 {
+		t.Fatalf("windows %d", len(rec.windows))
+	}
+	if w := rec.windows[0]; w.Samples != 0 || w.Dropped != 1 {
+		// The window closes at the first outcome after 10 ms: one drop, and client errors
+		// (Ignore) are never samples.
+		t.Fatalf("window %+v: ignored outcomes must not count, drops must", w)
+	}
+}
+
+func TestAdaptiveSlowStartDoublesWhileSaturated(t *testing.T) {
+	rec := &recorder{next: func(cur float64, w limit.Window) float64 { return cur + 0.5 }}
+	core := must(admission.NewAdaptive(admission.AdaptiveConfig{
+		Algorithm: rec, InitialLimit: 2, MinLimit: 1, MaxLimit: 64, SlowStart: time.Second,
+		Window: 100 * time.Millisecond, MinSamples: 1,
+	}))
+	now := t0
+	limits := []float64{}
+	for range 4 {
+		// Offer more than the limit: saturated, no sign of overload.
+		lim := int(core.Stats(now).Limit)
+		drive(core, now, lim+3, 20*time.Millisecond, admission.Success)
+		now = now.Add(100 * time.Millisecond)
+		drive(core, now, 1, 20*time.Millisecond, admission.Success)
+		limits = append(limits, core.Stats(now).Limit)
+	}
+	if limits[0] != 4 || limits[1] != 8 {
+		t.Fatalf("limits %v: slow start must double a saturated limit each window", limits)
+	}
+	// A decrease ends slow start for good.
+	rec.next = func(cur float64, w limit.Window) float64 { return cur / 2 }
+	now = now.Add(100 * time.Millisecond)
+	drive(core, now, 1, 20*time.Millisecond, admission.Success)
+	half := core.Stats(now).Limit
+	rec.next = func(cur float64, w limit.Window) float64 { return cur + 0.5 }
+	for range 2 {
+		lim := int(core.Stats(now).Limit)
+		drive(core, now, lim+3, 20*time.Millisecond, admission.Success)
+		now = now.Add(100 * time.Millisecond)
+		drive(core, now, 1, 20*time.Millisecond, admission.Success)
+	}
+	if got := core.Stats(now).Limit; got > half+1.01 {
+		t.Fatalf("after slow start ended the limit went %v -> %v: it must follow the algorithm only", half, got)
+	}
+}
+
+func TestReservedShareForImportantRequests(t *testing.T) {
+	core := must(admission.NewInflight(admission.InflightConfig{Limit: 4,
+		Priorities: admission.PriorityConfig{Reserved: 0.5, ReservedFor: admission.Critical}}))
+	l, _ := newLimiter(t, core)
+	ctx := context.Background()
+	// Sheddable traffic may use the whole limit when it is idle (borrowing)...
+	for i := range 4 {
+		if _, err := l.Admit(ctx, admission.Request{Priority: admission.Sheddable}); err != nil {
+			t.Fatalf("sheddable %d: %v", i, err)
+		}
+	}
+	if _, err := l.Admit(ctx, admission.Request{Priority: admission.Sheddable}); !errors.Is(err, admission.ErrConcurrencyLimit) {
+		t.Fatalf("5th sheddable: %v", err)
+	}
+	// ...but critical requests still get their reserved half on top.
+	for i := range 2 {
+		if _, err := l.Admit(ctx, admission.Request{Priority: admission.Critical}); err != nil {
+			t.Fatalf("critical %d within its reserved share: %v", i, err)
+		}
+	}
+	if _, err := l.Admit(ctx, admission.Request{Priority: admission.CriticalPlus}); !errors.Is(err, admission.ErrConcurrencyLimit) {
+		t.Fatalf("beyond the reserved share: %v", err)
+	}
+}
+
+func TestDeadlineShorterThanExpectedWaitIsRefused(t *testing.T) {
+	l, clk := newLimiter(t, must(admission.NewBoundedQueue(admission.BoundedQueueConfig{Concurrency: 1, Depth: 10, MaxWait: time.Second})))
+	ctx := context.Background()
+	// Teach the queue that requests hold their permit for 20 ms.
+	for range 3 {
+		p, _ := l.Admit(ctx, admission.Request{})
+		clk.Advance(20 * time.Millisecond)
+		p.Done(admission.Success)
+	}
+	hold, _ := l.Admit(ctx, admission.Request{})
+	// Behind one in service, a new request expects ~20 ms of wait and 20 ms of service.
+	now := clk.Now()
+	if _, err := l.Admit(ctx, admission.Request{Deadline: now.Add(30 * time.Millisecond)}); !errors.Is(err, admission.ErrDeadline) {
+		t.Fatalf("30 ms left, ~40 ms expected: %v, want deadline", err)
+	}
+	ch := admitAsync(l, ctx, admission.Request{Deadline: now.Add(100 * time.Millisecond)})
+	waitQueued(t, l, 1)
+	hold.Done(admission.Success)
+	if r := <-ch; r.err != nil {
+		t.Fatalf("100 ms left: %v", r.err)
+	}
+}
+
+func TestTryAdmitNeverQueues(t *testing.T) {
+	l, _ := newLimiter(t, must(admission.NewBoundedQueue(admission.BoundedQueueConfig{Concurrency: 1, Depth: 5, MaxWait: time.Second})))
+	p, err := l.TryAdmit(admission.Request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.TryAdmit(admission.Request{}); !errors.Is(err, admission.ErrWouldWait) {
+		t.Fatalf("second: %v, want ErrWouldWait", err)
+	}
+	if st := l.Stats(); st.QueuedRequests != 0 || st.InFlight != 1 {
+		t.Fatalf("stats %+v: TryAdmit must leave nothing queued", st)
+	}
+	p.Done(admission.Success)
+}
+
+func TestClientLimits(t *testing.T) {
+	cl, err := admission.NewClientLimits(admission.ClientLimitsConfig{Rate: 1, Burst: 2, MaxKeys: 3, Allow: []string{"vip"}, Deny: []string{"bad"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if r := cl.Check(t0, "a", 1); r != nil {
+			t.Fatal(r)
+		}
+	}
+	r := cl.Check(t0, "a", 1)
+	if r == nil || r.Reason != admission.ReasonClientLimited || r.RetryAfter != time.Second {
+		t.Fatalf("third from a: %v, want client_limited retry after 1s", r)
+	}
+	if r := cl.Check(t0, "b", 1); r != nil {
+		t.Fatalf("another client has its own bucket: %v", r)
+	}
+	for range 10 {
+		if r := cl.Check(t0, "vip", 1); r != nil {
+			t.Fatalf("allow-listed: %v", r)
+		}
+	}
+	if r := cl.Check(t0, "bad", 1); r == nil || r.Reason != admission.ReasonDenied {
+		t.Fatalf("deny-listed: %v", r)
+	}
+	for i := range 100 {
+		cl.Check(t0, string(rune('A'+i%60))+"x", 1)
+	}
+	if cl.Len() > 3 {
+		t.Fatalf("%d keys tracked, cap 3", cl.Len())
+	}
+	if _, err := admission.NewClientLimits(admission.ClientLimitsConfig{Rate: 1, Burst: 1, MaxKeys: 1, Allow: []string{"x"}, Deny: []string{"x"}}); err == nil {
+		t.Fatal("a key both allowed and denied must be rejected")
+	}
+}

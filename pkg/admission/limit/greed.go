@@ -1,0 +1,118 @@
+package limit
+
+import "math"
+
+// Greed tunes the backlog-driven multiplicative controller taken from the "greed" adaptive
+// backpressure algorithm, where a consumer adapts how many items it asks for at once.
+//
+// The field's rule: the state is the amount (here the limit) and shift. At each window the
+// backlog is compared with shift: backlog < shift doubles the limit and raises shift by one (up
+// to 3); backlog > shift halves the limit (not below 3) and lowers shift by one (not below 1);
+// equal holds. The constants are empirical.
+//
+// Backlog, for a limiter in front of a backend, is the estimated number of requests queued
+// INSIDE the backend: of MaxInFlight requests in flight, a share MinRTT/RTT is being served
+// (Little's law), so backlog = ceil(MaxInFlight x (1 - MinRTT/RTT)). That is the consumer's
+// queue of received-but-unprocessed items in the original. The limiter's own queue
+// (Window.Backlog) is NOT added: it holds requests not yet asked of the backend — demand, the
+// producer's side — and it is non-empty whenever offered load exceeds the limit, so counting
+// it would halve the limit under every overload however healthy the backend. A window without
+// samples, or without a MinRTT estimate, holds.
+//
+// Sidecar departures:
+//   - Increase 2 -> 1.25 and Decrease 0.5 -> 0.75. Doubling from a backend's capacity W lands
+//     at 2W: the field's limit alternates between W and 2W, and every second window carries
+//     +100% latency. With 1.25 the overshoot stays within a quarter of W; the decrease of 0.75
+//     still undoes more than one increase (1.25 x 0.75 < 1), so the cycle keeps returning below
+//     W and drains the backend's queue, which keeps the probe-free MinRTT honest.
+//   - Floor 3 -> 1: the field never goes below 3; a sidecar must work from a limit of 1.
+//   - MaxShift 3 -> 1: shift is the backlog tolerated before the limit falls. A standing queue
+//     of 3 requests in a backend of 4 workers is +75% latency; with MaxShift 1 a single queued
+//     request is tolerated, two shrink the limit.
+//   - Increases are held while the window is app-limited (MaxInFlight*2 < L): doubling a limit
+//     nobody tested only piles up permits for the next burst.
+//   - A window with drops counts as backlog above shift (decrease).
+type Greed struct {
+	// Increase multiplies the limit when the backlog is below shift; > 1. Field 2, sidecar 1.25.
+	Increase float64 `yaml:"increase" json:"increase"`
+	// Decrease multiplies the limit when the backlog is above shift; in (0, 1). Field 0.5,
+	// sidecar 0.75.
+	Decrease float64 `yaml:"decrease" json:"decrease"`
+	// Floor is the lowest limit a decrease produces. Field 3, sidecar 1.
+	Floor float64 `yaml:"floor" json:"floor"`
+	// MinShift and MaxShift bound shift; shift starts at MinShift. Field 1 and 3, sidecar 1 and 1.
+	MinShift int `yaml:"minShift" json:"minShift"`
+	MaxShift int `yaml:"maxShift" json:"maxShift"`
+	// DecreaseOnEqual treats a backlog equal to shift as too much (decrease) instead of holding.
+	// Field false, sidecar true.
+	DecreaseOnEqual bool `yaml:"decreaseOnEqual" json:"decreaseOnEqual"`
+}
+
+// DefaultGreed returns the sidecar defaults.
+func DefaultGreed() Greed {
+	return Greed{Increase: 1.25, Decrease: 0.75, Floor: 1, MinShift: 1, MaxShift: 1}
+}
+
+// FieldGreed returns the paper's constants.
+func FieldGreed() Greed {
+	return Greed{Increase: 2, Decrease: 0.5, Floor: 3, MinShift: 1, MaxShift: 3}
+}
+
+// Validate reports every problem, naming fields like "greed.increase".
+func (c Greed) Validate() error {
+	var errs fieldErrors
+	if math.IsNaN(c.Increase) || c.Increase <= 1 || c.Increase > 100 {
+		errs.add("greed.increase", "must be greater than 1 and at most 100, got %v", c.Increase)
+	}
+	errs.checkFraction("greed.decrease", c.Decrease, false)
+	errs.checkRange("greed.floor", c.Floor, 0, 1e6)
+	if c.MinShift < 0 {
+		errs.add("greed.minShift", "must not be negative, got %d", c.MinShift)
+	}
+	if c.MaxShift < c.MinShift {
+		errs.add("greed.maxShift", "must not be below greed.minShift (%d), got %d", c.MinShift, c.MaxShift)
+	}
+	return errs.err()
+}
+
+// NewGreed returns the greed algorithm. It keeps shift as state.
+func NewGreed(c Greed) (Algorithm, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return &greed{c: c, shift: c.MinShift}, nil
+}
+
+type greed struct {
+	c     Greed
+	shift int
+}
+
+func (g *greed) Name() string { return NameGreed }
+
+func (g *greed) Update(limit float64, w Window) float64 {
+	limit = sanitize(limit)
+	var backlog float64
+	if w.Dropped > 0 {
+		backlog = math.Inf(1)
+	} else {
+		rtt, minRTT, ok := w.latency()
+		if !ok {
+			return limit
+		}
+		backlog = queued(float64(max(w.MaxInFlight, 0)), rtt, minRTT)
+	}
+	shift := float64(g.shift)
+	switch {
+	case backlog < shift:
+		g.shift = min(g.shift+1, g.c.MaxShift)
+		if w.appLimited(limit) {
+			return limit
+		}
+		return math.Min(limit*g.c.Increase, MaxValue)
+	case backlog > shift || (g.c.DecreaseOnEqual && backlog == shift):
+		g.shift = max(g.shift-1, g.c.MinShift)
+		return math.Min(limit, math.Max(limit*g.c.Decrease, g.c.Floor))
+	}
+	return limit
+}

@@ -1,0 +1,213 @@
+package limit
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"time"
+)
+
+// Window summarises the samples of one update interval, gathered by the enforcing limiter.
+type Window struct {
+	Samples     int           // successful samples (RTT measured)
+	Dropped     int           // overload signals: 429, 5xx, timeouts, connection failures
+	RTT         time.Duration // the window's latency statistic: p50 of the successful samples' RTT (0 if none)
+	MinRTT      time.Duration // the no-load latency estimate from the MinRTT estimator (0 if unknown yet)
+	MaxInFlight int           // the most requests in flight at once during the window
+	Backlog     int           // requests waiting in the limiter's own queue at the window's end
+}
+
+// Algorithm computes a new concurrency limit from the current one and a window of samples.
+// Implementations are pure: no locks, no clock, no metrics, no goroutines; they may keep state
+// of their own (e.g. an EMA), are not safe for concurrent use, and are deterministic.
+type Algorithm interface {
+	// Name is the algorithm's configuration name (NameAIMD, NameVegas, ...).
+	Name() string
+	// Update returns the next limit. The caller clamps it to [min, max] and floors it for
+	// enforcement, so Update may return fractional values.
+	Update(limit float64, w Window) float64
+}
+
+// Names of the algorithms, as written in the config file's adaptive.algorithm.
+const (
+	NameAIMD      = "aimd"
+	NameVegas     = "vegas"
+	NameGradient2 = "gradient2"
+	NameGradient  = "gradient"
+	NameGreed     = "greed"
+)
+
+// Names lists every algorithm name, in a stable order.
+func Names() []string {
+	return []string{NameAIMD, NameVegas, NameGradient2, NameGradient, NameGreed}
+}
+
+// MinMeaningfulRTT is the shortest latency treated as a measurement. Anything faster cannot
+// have crossed a network to a backend doing work (a cached reply, a clock artefact), and would
+// drag a minimum-based estimate towards zero. Netflix's limiters drop such samples too.
+//
+// Where it is applied: the enforcing limiter should leave samples below it out of
+// Window.Samples and out of the p50 it reports as Window.RTT; MinRTT.Observe ignores a window
+// statistic below it; and every Algorithm treats a Window.RTT or Window.MinRTT below it as
+// unknown (the window then carries no latency information, only its drops).
+const MinMeaningfulRTT = 100 * time.Microsecond
+
+// MaxValue bounds every limit Update returns: no concurrency limit is larger than this, and the
+// bound keeps multiplicative increases finite whatever the input.
+const MaxValue = 1e9
+
+// Params tunes the algorithms: one block per algorithm, each the config file's knobs for it.
+// Only the block of the selected algorithm is read and validated by New.
+type Params struct {
+	AIMD      AIMD      `yaml:"aimd" json:"aimd"`
+	Vegas     Vegas     `yaml:"vegas" json:"vegas"`
+	Gradient2 Gradient2 `yaml:"gradient2" json:"gradient2"`
+	Gradient  Gradient  `yaml:"gradient" json:"gradient"`
+	Greed     Greed     `yaml:"greed" json:"greed"`
+}
+
+// DefaultParams returns the sidecar defaults of every algorithm (see the package documentation
+// for where and why they depart from the field's values).
+func DefaultParams() Params {
+	return Params{
+		AIMD:      DefaultAIMD(),
+		Vegas:     DefaultVegas(),
+		Gradient2: DefaultGradient2(),
+		Gradient:  DefaultGradient(),
+		Greed:     DefaultGreed(),
+	}
+}
+
+// FieldParams returns the values the algorithms have where they come from (Netflix
+// concurrency-limits, Envoy, the greed paper), for operators who want the original behaviour.
+func FieldParams() Params {
+	return Params{
+		AIMD:      FieldAIMD(),
+		Vegas:     FieldVegas(),
+		Gradient2: FieldGradient2(),
+		Gradient:  FieldGradient(),
+		Greed:     FieldGreed(),
+	}
+}
+
+// Validate reports every problem in every block, each naming its field ("aimd.backoff").
+func (p Params) Validate() error {
+	var errs fieldErrors
+	errs.merge(p.AIMD.Validate())
+	errs.merge(p.Vegas.Validate())
+	errs.merge(p.Gradient2.Validate())
+	errs.merge(p.Gradient.Validate())
+	errs.merge(p.Greed.Validate())
+	return errs.err()
+}
+
+// New returns the algorithm called name, tuned by the matching block of p. It validates that
+// block only; an unknown name is an error naming the field "algorithm".
+func New(name string, p Params) (Algorithm, error) {
+	switch name {
+	case NameAIMD:
+		return NewAIMD(p.AIMD)
+	case NameVegas:
+		return NewVegas(p.Vegas)
+	case NameGradient2:
+		return NewGradient2(p.Gradient2)
+	case NameGradient:
+		return NewGradient(p.Gradient)
+	case NameGreed:
+		return NewGreed(p.Greed)
+	}
+	var errs fieldErrors
+	errs.add("algorithm", "must be one of %s, got %q", strings.Join(Names(), ", "), name)
+	return nil, errs.err()
+}
+
+// ConfigError lists every problem found in the parameters, each prefixed with the field it
+// concerns, such as "gradient.buffer: must not be negative, got -0.1".
+type ConfigError struct {
+	Problems []string
+}
+
+func (e *ConfigError) Error() string {
+	return "invalid limit algorithm config: " + strings.Join(e.Problems, "; ")
+}
+
+type fieldErrors []string
+
+func (e *fieldErrors) add(field, format string, args ...any) {
+	*e = append(*e, field+": "+fmt.Sprintf(format, args...))
+}
+
+func (e *fieldErrors) merge(err error) {
+	if ce, ok := err.(*ConfigError); ok {
+		*e = append(*e, ce.Problems...)
+	}
+}
+
+func (e fieldErrors) err() error {
+	if len(e) == 0 {
+		return nil
+	}
+	return &ConfigError{Problems: e}
+}
+
+// checkRange reports a value that must be within [lo, hi] (NaN never is).
+func (e *fieldErrors) checkRange(field string, v, lo, hi float64) {
+	if math.IsNaN(v) || v < lo || v > hi {
+		e.add(field, "must be between %v and %v, got %v", lo, hi, v)
+	}
+}
+
+// checkFraction reports a factor that must lie strictly between 0 and 1 (or be exactly 1 when
+// allowOne is set).
+func (e *fieldErrors) checkFraction(field string, v float64, allowOne bool) {
+	if math.IsNaN(v) || v <= 0 || v > 1 || (v == 1 && !allowOne) {
+		if allowOne {
+			e.add(field, "must be greater than 0 and at most 1, got %v", v)
+		} else {
+			e.add(field, "must be greater than 0 and less than 1, got %v", v)
+		}
+	}
+}
+
+// sanitize makes any incoming limit usable: NaN and negative values become 0, values above
+// MaxValue (including +Inf) become MaxValue.
+func sanitize(limit float64) float64 {
+	switch {
+	case math.IsNaN(limit) || limit < 0:
+		return 0
+	case limit > MaxValue:
+		return MaxValue
+	}
+	return limit
+}
+
+// seconds returns d in seconds, or 0 when d is below MinMeaningfulRTT (unknown).
+func seconds(d time.Duration) float64 {
+	if d < MinMeaningfulRTT {
+		return 0
+	}
+	return d.Seconds()
+}
+
+// latency returns the window's RTT and MinRTT in seconds; ok is false unless both are known
+// and the window has successful samples.
+func (w Window) latency() (rtt, minRTT float64, ok bool) {
+	rtt, minRTT = seconds(w.RTT), seconds(w.MinRTT)
+	return rtt, minRTT, w.Samples > 0 && rtt > 0 && minRTT > 0
+}
+
+// appLimited reports whether the demand in the window used less than half of the limit, the
+// field's test (Netflix) for "the limit was not tested, do not grow it".
+func (w Window) appLimited(limit float64) bool {
+	return float64(max(w.MaxInFlight, 0))*2 < limit
+}
+
+// queued estimates how many of n requests in flight were waiting rather than being served,
+// from Little's law: the served share is minRTT/rtt. A tiny epsilon keeps float noise from
+// rounding an exact integer up (9*(1-8/9) must be 1, not 2).
+func queued(n, rtt, minRTT float64) float64 {
+	if rtt <= minRTT {
+		return 0
+	}
+	return math.Max(0, math.Ceil(n*(1-minRTT/rtt)-1e-9))
+}
