@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
