@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/loadshed/loadshed/internal/backend"
+	"github.com/loadshed/loadshed/internal/version"
+)
+
+// usageError is a problem with the command line; it exits with status 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+// exitCode reports err on stderr and returns the process exit status: 0 for success or --help,
+// 2 for a bad command line, 1 for anything else (including a failed --get).
+func exitCode(err error, stderr io.Writer) int {
+	var ue *usageError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "backend: %v\nRun 'backend --help' for usage.\n", err)
+		return 2
+	default:
+		fmt.Fprintf(stderr, "backend: %v\n", err)
+		return 1
+	}
+}
+
+// flagOf maps Config field names (as in errors and the admin JSON) to flag names.
+var flagOf = map[string]string{
+	"workers": "--workers", "mean": "--mean", "stddev": "--stddev", "tailProb": "--tail-prob",
+	"tailMean": "--tail-mean", "tailMin": "--tail-min", "tailMax": "--tail-max", "fanout": "--fanout",
+}
+
+// run parses args and serves until ctx ends, or performs one --get.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	def := backend.DefaultConfig()
+	fs := flag.NewFlagSet("backend", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `Usage:
+  backend [flags]                         serve the synthetic slow-tail backend
+  backend --get URL [--expect-status N]   one GET (10s timeout); exit 0 on 2xx (or on N), else 1
+  backend --version
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	listen := fs.String("listen", ":8080", "data `address`")
+	adminListen := fs.String("admin-listen", "", "admin `address` (GET/POST /admin/config, /metrics, /healthz); a TEST TOOL that changes behaviour at run time; off when empty")
+	cfg := def
+	fs.IntVar(&cfg.Workers, "workers", def.Workers, "requests served at once; more wait inside, FIFO, without bound")
+	fs.DurationVar(&cfg.Service.Mean, "mean", def.Service.Mean, "mean of the normal service time")
+	fs.DurationVar(&cfg.Service.Stddev, "stddev", def.Service.Stddev, "standard deviation of the normal service time (clamped to mean ± 4 stddev, at least 0)")
+	fs.Float64Var(&cfg.Service.TailProb, "tail-prob", def.Service.TailProb, "probability of a slow-path sample, in [0, 1]")
+	fs.DurationVar(&cfg.Service.TailMean, "tail-mean", def.Service.TailMean, "mean of the exponential slow path")
+	fs.DurationVar(&cfg.Service.TailMin, "tail-min", def.Service.TailMin, "lower clamp of the slow path")
+	fs.DurationVar(&cfg.Service.TailMax, "tail-max", def.Service.TailMax, "upper clamp of the slow path")
+	fs.IntVar(&cfg.Service.Fanout, "fanout", def.Service.Fanout, "service time is the slowest of this many samples")
+	fs.Uint64Var(&cfg.Seed, "seed", def.Seed, "sampler seed (draw order follows arrival order)")
+	shutdown := fs.Duration("shutdown-timeout", backend.DefaultShutdownTimeout, "after SIGTERM/SIGINT, how long running and waiting requests may finish")
+	get := fs.String("get", "", "one-shot client: GET this `URL`, print the status line, exit 0 on 2xx")
+	expect := fs.Int("expect-status", 0, "with --get: exit 0 only on this `status` instead of any 2xx")
+	showVersion := fs.Bool("version", false, "print the version and exit")
+
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return &usageError{err.Error()} // the flag package has printed the details
+	}
+	if fs.NArg() > 0 {
+		return &usageError{fmt.Sprintf("unexpected arguments: %q", fs.Args())}
+	}
+	if *showVersion {
+		fmt.Fprintln(stdout, version.String("backend"))
+		return nil
+	}
+	if *get != "" {
+		return backend.Probe(ctx, *get, *expect, backend.ProbeTimeout, stdout)
+	}
+	if *expect != 0 {
+		return &usageError{"--expect-status: only with --get"}
+	}
+	if *shutdown < 0 {
+		return &usageError{fmt.Sprintf("--shutdown-timeout: must be >= 0, got %s", *shutdown)}
+	}
+	if err := cfg.Validate(); err != nil {
+		var lines []string
+		for _, p := range backend.Problems(err) {
+			field, problem, _ := strings.Cut(p, ": ")
+			if f, ok := flagOf[field]; ok {
+				field = f
+			}
+			lines = append(lines, field+": "+problem)
+		}
+		return &usageError{"invalid flags:\n  " + strings.Join(lines, "\n  ")}
+	}
+
+	reg := prometheus.NewRegistry()
+	for _, c := range []prometheus.Collector{
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	srv, err := backend.New(cfg, backend.WithRegistry(reg))
+	if err != nil {
+		return err
+	}
+	data, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("--listen: %w", err)
+	}
+	sc := backend.ServeConfig{
+		Data:            data,
+		ShutdownTimeout: *shutdown,
+		Logger:          slog.New(slog.NewTextHandler(stderr, nil)),
+	}
+	if *adminListen != "" {
+		if sc.Admin, err = net.Listen("tcp", *adminListen); err != nil {
+			data.Close()
+			return fmt.Errorf("--admin-listen: %w", err)
+		}
+	}
+	fmt.Fprintf(stdout, "backend: data on %s\n", data.Addr())
+	if sc.Admin != nil {
+		fmt.Fprintf(stdout, "backend: admin on %s (test tool)\n", sc.Admin.Addr())
+	}
+	sc.Logger.Info("serving", "version", version.Version, "workers", cfg.Workers, "mean", cfg.Service.Mean,
+		"stddev", cfg.Service.Stddev, "tailProb", cfg.Service.TailProb, "tailMean", cfg.Service.TailMean,
+		"tailMin", cfg.Service.TailMin, "tailMax", cfg.Service.TailMax, "fanout", cfg.Service.Fanout, "seed", cfg.Seed)
+	return srv.Serve(ctx, sc)
+}

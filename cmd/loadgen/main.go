@@ -1,0 +1,172 @@
+// Command loadgen sends an open-model HTTP load to a target and reports goodput, refusals,
+// latency and late starts (see package internal/loadgen).
+//
+//	loadgen --target http://127.0.0.1:8000 --rate 800 --duration 8s --timeout 1s --slo 100ms [--json]
+//	loadgen --target URL --phases 200:10s,2000:30s,200:20s --poisson-seed 1 --capacity 400
+//
+// It exits with status 1 when the run is invalid (too many late starts) or cannot start, and 2
+// on bad flags.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/loadshed/loadshed/internal/loadgen"
+	"github.com/loadshed/loadshed/internal/version"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	switch {
+	case err == nil:
+	case errors.Is(err, flag.ErrHelp):
+	case errors.As(err, new(usageError)):
+		fmt.Fprintln(os.Stderr, "loadgen:", err)
+		os.Exit(2)
+	default:
+		fmt.Fprintln(os.Stderr, "loadgen:", err)
+		os.Exit(1)
+	}
+}
+
+// usageError marks a problem with the command line.
+type usageError struct{ error }
+
+// headerFlags collects repeated --header "Name: value" flags.
+type headerFlags http.Header
+
+func (h headerFlags) String() string { return "" }
+
+func (h headerFlags) Set(v string) error {
+	name, value, ok := strings.Cut(v, ":")
+	if !ok || strings.TrimSpace(name) == "" {
+		return fmt.Errorf("want \"Name: value\", got %q", v)
+	}
+	http.Header(h).Add(strings.TrimSpace(name), strings.TrimSpace(value))
+	return nil
+}
+
+// run parses the command line, runs the load and prints the result.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		target      = fs.String("target", "", "base URL to load, e.g. http://127.0.0.1:8000/ (required)")
+		rate        = fs.Float64("rate", 0, "requests per second (with --duration)")
+		duration    = fs.Duration("duration", 0, "length of a constant-rate run")
+		phases      = fs.String("phases", "", "phases as rate:duration pairs, e.g. 200:10s,2000:30s,200:20s (instead of --rate/--duration)")
+		seed        = fs.Uint64("poisson-seed", 0, "draw Poisson arrivals from this seed (0: evenly spaced arrivals)")
+		timeout     = fs.Duration("timeout", loadgen.DefaultTimeout, "client timeout, counted from each request's scheduled time")
+		slo         = fs.Duration("slo", 0, "latency within which a 2xx answer counts as goodput (default: --timeout)")
+		method      = fs.String("method", http.MethodGet, "HTTP method")
+		mix         = fs.String("priority-mix", "", "weighted X-Loadshed-Priority values, e.g. critical=30,sheddable=70; requests are tagged by priority")
+		maxInFlight = fs.Int("max-inflight", 0, "cap on requests in flight (default: peak rate x timeout + margin)")
+		lateTol     = fs.Duration("late-tolerance", loadgen.DefaultLateTolerance, "a request starting later than this after its scheduled time is a late start")
+		capacity    = fs.Float64("capacity", 0, "capacity of the system under test in rps, for the goodput/C column")
+		asJSON      = fs.Bool("json", false, "print the full result as JSON")
+		showVersion = fs.Bool("version", false, "print the version and exit")
+	)
+	headers := headerFlags{}
+	fs.Var(headers, "header", "request header \"Name: value\" (repeatable)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err}
+	}
+	if *showVersion {
+		_, err := fmt.Fprintln(stdout, version.String("loadgen"))
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Errorf("unexpected arguments %q", fs.Args())}
+	}
+
+	var sched loadgen.Schedule
+	switch {
+	case *phases != "" && (*rate != 0 || *duration != 0):
+		return usageError{errors.New("--phases cannot be combined with --rate or --duration")}
+	case *phases != "":
+		ps, err := loadgen.ParsePhases(*phases)
+		if err != nil {
+			return usageError{fmt.Errorf("--phases: %w", err)}
+		}
+		sched = loadgen.Phases(ps...)
+	case *rate > 0 && *duration > 0:
+		sched = loadgen.ConstantRate(*rate, *duration)
+	default:
+		return usageError{errors.New("give --rate and --duration, or --phases")}
+	}
+	if *seed != 0 {
+		sched = sched.WithPoisson(*seed)
+	}
+
+	base := loadgen.Request{Method: *method, Header: http.Header(headers)}
+	prepare := func(int) loadgen.Request { return base }
+	if *mix != "" {
+		pick, err := loadgen.ParseMix("X-Loadshed-Priority", *mix, http.Header(headers), 1)
+		if err != nil {
+			return usageError{fmt.Errorf("--priority-mix: %w", err)}
+		}
+		prepare = func(i int) loadgen.Request {
+			r := pick(i)
+			r.Method = *method
+			return r
+		}
+	}
+
+	cfg := loadgen.Config{
+		Target:        *target,
+		Schedule:      sched,
+		Timeout:       *timeout,
+		SLO:           *slo,
+		Prepare:       prepare,
+		MaxInFlight:   *maxInFlight,
+		LateTolerance: *lateTol,
+	}
+	if *timeout <= 0 {
+		return usageError{fmt.Errorf("--timeout: must be > 0, got %s", *timeout)}
+	}
+	if *lateTol <= 0 {
+		return usageError{fmt.Errorf("--late-tolerance: must be > 0, got %s", *lateTol)}
+	}
+	res, err := loadgen.Run(ctx, cfg)
+	if res == nil {
+		return usageError{err} // invalid configuration: nothing was sent
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if werr := enc.Encode(res); werr != nil {
+			return werr
+		}
+	} else {
+		name := fmt.Sprintf("%s %s", *method, *target)
+		if werr := loadgen.WriteTable(stdout, *capacity, []loadgen.Row{{Name: name, Result: res}}); werr != nil {
+			return werr
+		}
+		fmt.Fprintln(stdout)
+		if werr := loadgen.WriteSummary(stdout, res); werr != nil {
+			return werr
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if !res.Valid {
+		return fmt.Errorf("invalid run: %s", res.InvalidReason)
+	}
+	return nil
+}

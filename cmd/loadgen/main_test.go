@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/loadshed/loadshed/internal/loadgen"
+)
+
+func TestRunPrintsJSON(t *testing.T) {
+	var critical, withHeader atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Loadshed-Priority") == "critical" {
+			critical.Add(1)
+		}
+		if r.Header.Get("X-Test") == "yes" && r.Method == http.MethodPost {
+			withHeader.Add(1)
+		}
+		if r.Header.Get("X-Loadshed-Priority") == "sheddable" {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	}))
+	defer srv.Close()
+	var out, errOut strings.Builder
+	err := run(context.Background(), []string{
+		"--target", srv.URL, "--rate", "100", "--duration", "300ms", "--timeout", "1s",
+		"--method", "POST", "--header", "X-Test: yes", "--priority-mix", "critical=1,sheddable=1",
+		"--late-tolerance", "250ms", "--json",
+	}, &out, &errOut)
+	if err != nil {
+		t.Fatalf("run: %v (stderr %q)", err, errOut.String())
+	}
+	var r loadgen.Result
+	if err := json.Unmarshal([]byte(out.String()), &r); err != nil {
+		t.Fatalf("output is not a result: %v\n%s", err, out.String())
+	}
+	if r.Offered != 30 || r.Completed != 30 || withHeader.Load() != 30 {
+		t.Fatalf("offered %d completed %d with header %d, want 30 each", r.Offered, r.Completed, withHeader.Load())
+	}
+	crit, shed := r.Tags["critical"], r.Tags["sheddable"]
+	if crit == nil || shed == nil || int64(crit.Success) != critical.Load() || shed.Shed != shed.Offered || crit.Offered+shed.Offered != 30 {
+		t.Fatalf("tags %+v %+v, server saw %d critical", crit, shed, critical.Load())
+	}
+	if r.Codes[503] != shed.Offered || r.RetryAfterCoverage != 0 {
+		t.Fatalf("codes %v coverage %v", r.Codes, r.RetryAfterCoverage)
+	}
+}
+
+func TestRunPrintsTable(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer srv.Close()
+	var out strings.Builder
+	err := run(context.Background(), []string{
+		"--target", srv.URL, "--phases", "50:200ms,100:100ms", "--poisson-seed", "4", "--capacity", "400",
+		"--late-tolerance", "250ms",
+	}, &out, &out)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	for _, want := range []string{"goodput/C", "Poisson (seed 4), 2-phase", "codes: 200=", "run valid"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestRunFailsOnInvalidRun(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	var out strings.Builder
+	err := run(context.Background(), []string{
+		"--target", srv.URL, "--rate", "50", "--duration", "100ms", "--timeout", "300ms", "--max-inflight", "1",
+	}, &out, &out)
+	if err == nil || !strings.Contains(err.Error(), "invalid run") || errors.As(err, new(usageError)) {
+		t.Fatalf("err = %v, want an invalid run\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "RUN INVALID") {
+		t.Errorf("output does not flag the run:\n%s", out.String())
+	}
+}
+
+func TestRunRejectsBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"--target", "http://127.0.0.1:1"},
+		{"--target", "http://127.0.0.1:1", "--rate", "1", "--duration", "1s", "--phases", "1:1s"},
+		{"--target", "http://127.0.0.1:1", "--phases", "1"},
+		{"--target", "http://127.0.0.1:1", "--rate", "1", "--duration", "1s", "--header", "nocolon"},
+		{"--target", "http://127.0.0.1:1", "--rate", "1", "--duration", "1s", "--priority-mix", "a"},
+		{"--target", "http://127.0.0.1:1", "--rate", "1", "--duration", "1s", "--timeout", "0s"},
+		{"--target", "ftp://x", "--rate", "1", "--duration", "1s"},
+		{"--rate", "1", "--duration", "1s", "extra"},
+		{"--bogus"},
+	} {
+		var out strings.Builder
+		err := run(context.Background(), args, &out, &out)
+		if !errors.As(err, new(usageError)) {
+			t.Errorf("run(%q) = %v, want a usage error", args, err)
+		}
+	}
+	var out strings.Builder
+	if err := run(context.Background(), []string{"-h"}, &out, &out); !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("-h: %v", err)
+	}
+	out.Reset()
+	if err := run(context.Background(), []string{"--version"}, &out, &out); err != nil || !strings.HasPrefix(out.String(), "loadgen ") {
+		t.Errorf("--version: %v %q", err, out.String())
+	}
+}

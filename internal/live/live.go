@@ -1,0 +1,171 @@
+// Package live runs the real thing on loopback: the synthetic backend, the proxy in front of it,
+// and the open-model load generator, in one process and over real TCP connections. The demo,
+// the integration tests and the lab's lab-versus-live comparison all measure with it.
+package live
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/loadshed/loadshed/internal/backend"
+	"github.com/loadshed/loadshed/internal/config"
+	"github.com/loadshed/loadshed/internal/loadgen"
+	"github.com/loadshed/loadshed/internal/proxy"
+	"github.com/loadshed/loadshed/internal/slowtail"
+)
+
+// Env is a backend and a proxy in front of it, serving on loopback.
+type Env struct {
+	Backend      *backend.Server
+	Proxy        *proxy.Server
+	ProxyURL     string // the data port, e.g. "http://127.0.0.1:41234"
+	ProxyAdmin   string // the admin port's base URL
+	BackendURL   string // the backend's data port (no admission)
+	BackendAdmin string // the backend's admin port (a test tool)
+	cancel       context.CancelFunc
+	done         chan error
+}
+
+// Setup describes an environment: the backend's capacity and service time, and the proxy's
+// admission block (YAML, as under "admission:" in the config file).
+type Setup struct {
+	Workers int
+	Service slowtail.Config
+	Seed    uint64
+	// Admission is the proxy's admission block, e.g. "strategy: inflight\ninflight: {limit: 8}".
+	Admission string
+	// Extra is appended to the proxy's config file (top-level keys such as routes or headers).
+	Extra string
+}
+
+// Constant returns a service time of exactly d.
+func Constant(d time.Duration) slowtail.Config { return slowtail.Constant(d) }
+
+// Start starts the backend and the proxy. Close stops them.
+func Start(s Setup) (*Env, error) {
+	bcfg := backend.DefaultConfig()
+	bcfg.Workers = s.Workers
+	bcfg.Service = s.Service
+	if s.Seed != 0 {
+		bcfg.Seed = s.Seed
+	}
+	be, err := backend.New(bcfg)
+	if err != nil {
+		return nil, fmt.Errorf("backend: %w", err)
+	}
+	data, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	admin, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		data.Close()
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	e := &Env{Backend: be, cancel: cancel, done: make(chan error, 2),
+		BackendURL: "http://" + data.Addr().String(), BackendAdmin: "http://" + admin.Addr().String()}
+	go func() { e.done <- be.Serve(ctx, backend.ServeConfig{Data: data, Admin: admin, ShutdownTimeout: 5 * time.Second}) }()
+
+	y := fmt.Sprintf("listen: 127.0.0.1:0\nadminListen: 127.0.0.1:0\nupstream: %s\nupstreamTimeout: 10s\nshutdown: {drainDelay: 0s, gracePeriod: 5s}\nreload: {watch: false}\n%s\nadmission:\n%s\n",
+		e.BackendURL, s.Extra, indent(s.Admission))
+	cfg, err := config.Parse([]byte(y))
+	if err != nil {
+		e.Close()
+		return nil, fmt.Errorf("proxy config: %w", err)
+	}
+	px, err := proxy.New(cfg, proxy.Options{})
+	if err != nil {
+		e.Close()
+		return nil, err
+	}
+	if err := px.Listen(); err != nil {
+		e.Close()
+		return nil, err
+	}
+	e.Proxy = px
+	d, a := px.Addrs()
+	e.ProxyURL, e.ProxyAdmin = "http://"+d, "http://"+a
+	go func() { e.done <- px.Serve(ctx) }()
+	if err := waitReady(e.ProxyAdmin+"/readyz", 5*time.Second); err != nil {
+		e.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+func indent(s string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	for i, l := range lines {
+		lines[i] = "  " + l
+	}
+	return strings.Join(lines, "\n")
+}
+
+func waitReady(url string, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		res, err := http.Get(url)
+		if err == nil {
+			res.Body.Close()
+			if res.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return errors.New("proxy not ready: " + url)
+}
+
+// Close shuts the proxy and the backend down and waits for them.
+func (e *Env) Close() {
+	e.cancel()
+	n := 1
+	if e.Proxy != nil {
+		n = 2
+	}
+	for range n {
+		<-e.done
+	}
+}
+
+// Load is one load-generator run against the proxy.
+type Load struct {
+	Rate     float64       // requests per second offered
+	Duration time.Duration // how long
+	Timeout  time.Duration // client timeout (default 1 s)
+	SLO      time.Duration // goodput threshold (default 100 ms)
+	Prepare  func(i int) loadgen.Request
+	Schedule *loadgen.Schedule // overrides Rate and Duration
+}
+
+// Run offers the load to the proxy and returns the generator's result.
+func (e *Env) Run(ctx context.Context, l Load) (*loadgen.Result, error) {
+	return e.run(ctx, e.ProxyURL, l)
+}
+
+// RunDirect offers the load to the backend itself, with no proxy in between.
+func (e *Env) RunDirect(ctx context.Context, l Load) (*loadgen.Result, error) {
+	return e.run(ctx, e.BackendURL, l)
+}
+
+func (e *Env) run(ctx context.Context, target string, l Load) (*loadgen.Result, error) {
+	if l.Timeout == 0 {
+		l.Timeout = time.Second
+	}
+	if l.SLO == 0 {
+		l.SLO = 100 * time.Millisecond
+	}
+	sched := loadgen.ConstantRate(l.Rate, l.Duration)
+	if l.Schedule != nil {
+		sched = *l.Schedule
+	}
+	return loadgen.Run(ctx, loadgen.Config{
+		Target: target + "/", Schedule: sched, Timeout: l.Timeout, SLO: l.SLO, Prepare: l.Prepare,
+	})
+}
