@@ -1,0 +1,504 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/loadshed/loadshed/internal/lab"
+	"github.com/loadshed/loadshed/internal/version"
+)
+
+const usage = `usage: lab <command> [flags]
+
+Commands:
+  backpressure  reproduce the published comparison (1000 requests, 200 rps offered, 100 rps target)
+  run           run strategies (or a proxy config) against a modelled workload
+  sweep         run strategies at offered loads from 0.25x to 10x of capacity
+  compare       run a scenario in the lab and live, side by side
+  trace         write the arrivals of a workload as a trace file
+  help          show this text
+
+Run "lab <command> -h" for a command's flags. "lab --version" prints the version.
+`
+
+// run is the whole program: main only sets up signals and the exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return errors.New("no command given")
+	}
+	switch cmd, rest := args[0], args[1:]; cmd {
+	case "--version", "-version", "version":
+		fmt.Fprintln(stdout, version.String("lab"))
+		return nil
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	case "backpressure":
+		return runBackpressure(rest, stdout, stderr)
+	case "run":
+		return runRun(ctx, rest, stdout, stderr)
+	case "sweep":
+		return runSweep(ctx, rest, stdout, stderr)
+	case "compare":
+		return runCompare(ctx, rest, stdout, stderr)
+	case "trace":
+		return runTrace(rest, stdout, stderr)
+	default:
+		fmt.Fprint(stderr, usage)
+		return fmt.Errorf("unknown command %q", cmd)
+	}
+}
+
+func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("lab "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%s: unexpected argument %q", fs.Name(), fs.Arg(0))
+	}
+	return nil
+}
+
+// listFlag collects a repeatable flag.
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, " ") }
+func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+
+func runBackpressure(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("backpressure", stderr)
+	out := fs.String("out", filepath.Join("out", "backpressure"), "directory for summary.csv, snapshots.csv and the charts")
+	noCharts := fs.Bool("no-charts", false, "skip the PNG charts")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	results, err := lab.RunCases(lab.BackpressureCases(), lab.RunOptions{})
+	if err != nil {
+		return err
+	}
+	return report(*out, "backpressure", results, false, *noCharts, stdout, stderr)
+}
+
+// report writes the table to stdout and the CSVs and charts to dir.
+func report(dir, title string, results []lab.Named, extended, noCharts bool, stdout, stderr io.Writer) error {
+	if err := lab.WriteTable(stdout, results, extended); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	files := []string{filepath.Join(dir, "summary.csv"), filepath.Join(dir, "snapshots.csv")}
+	var sum, snap bytes.Buffer
+	if err := lab.WriteSummaryCSV(&sum, results, extended); err != nil {
+		return err
+	}
+	if err := lab.WriteSnapshotsCSV(&snap, results, extended); err != nil {
+		return err
+	}
+	if err := os.WriteFile(files[0], sum.Bytes(), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(files[1], snap.Bytes(), 0o644); err != nil {
+		return err
+	}
+	if !noCharts {
+		charts, err := lab.WriteCharts(dir, title, results)
+		if err != nil {
+			return err
+		}
+		files = append(files, charts...)
+	}
+	fmt.Fprintf(stderr, "lab: wrote %s\n", strings.Join(files, " "))
+	return nil
+}
+
+// scenarioFlags are the workload and backend flags shared by run, sweep and compare.
+type scenarioFlags struct {
+	service         string
+	servers         int
+	timeout         time.Duration
+	propagate       bool
+	upstreamTimeout time.Duration
+	retries         int
+	backoff         time.Duration
+	multiplier      float64
+	maxBackoff      time.Duration
+	jitter          bool
+	retryOn         string
+	honorRetryAfter bool
+	slo             time.Duration
+	seed            uint64
+}
+
+func (f *scenarioFlags) register(fs *flag.FlagSet, timeout, slo time.Duration) {
+	fs.StringVar(&f.service, "service", "slowtail", "service time: constant:10ms, exponential:20ms, slowtail[:mean=20ms,stddev=5ms,tailProb=0.01,tailMean=300ms,tailMin=100ms,tailMax=2s,fanout=1]")
+	fs.IntVar(&f.servers, "servers", 8, "backend workers (0 = unlimited); admitted requests beyond them wait in the backend's FIFO")
+	fs.DurationVar(&f.timeout, "timeout", timeout, "client timeout (0 = clients wait for ever)")
+	fs.BoolVar(&f.propagate, "propagate-deadline", false, "send the client timeout as the request deadline, so strategies refuse work that cannot finish in time")
+	fs.DurationVar(&f.upstreamTimeout, "upstream-timeout", 0, "proxy upstream timeout: 504 past it (0 = none; a --config file sets its own)")
+	fs.IntVar(&f.retries, "retries", 0, "client retries per request (0 = none)")
+	fs.DurationVar(&f.backoff, "backoff", 100*time.Millisecond, "wait before the first retry")
+	fs.Float64Var(&f.multiplier, "backoff-multiplier", 2, "each retry waits this many times longer")
+	fs.DurationVar(&f.maxBackoff, "backoff-max", 5*time.Second, "longest wait between retries (0 = no cap)")
+	fs.BoolVar(&f.jitter, "jitter", false, "full jitter: draw each wait from [0, backoff]")
+	fs.StringVar(&f.retryOn, "retry-on", "refusal,timeout", "what clients retry: refusal, timeout, or both")
+	fs.BoolVar(&f.honorRetryAfter, "honor-retry-after", false, "wait at least the Retry-After of a refusal")
+	fs.DurationVar(&f.slo, "slo", slo, "a success within this much of a request's first attempt counts as goodput (0 = every success)")
+	fs.Uint64Var(&f.seed, "seed", 1, "seed of Poisson arrivals, service times and jitter")
+}
+
+func (f *scenarioFlags) scenario() (lab.Scenario, error) {
+	svc, err := lab.ParseService(f.service)
+	if err != nil {
+		return lab.Scenario{}, fmt.Errorf("--service: %w", err)
+	}
+	sc := lab.Scenario{
+		Service: svc, Servers: f.servers, UpstreamTimeout: f.upstreamTimeout, SLO: f.slo, Seed: f.seed,
+		Client: lab.Client{
+			Timeout: f.timeout, PropagateDeadline: f.propagate,
+			Retry: lab.Retry{Max: f.retries, Backoff: f.backoff, Multiplier: f.multiplier, MaxBackoff: f.maxBackoff,
+				Jitter: f.jitter, HonorRetryAfter: f.honorRetryAfter},
+		},
+	}
+	for _, w := range strings.Split(f.retryOn, ",") {
+		switch strings.TrimSpace(w) {
+		case "refusal", "refusals", "refused":
+			sc.Client.Retry.OnRefusal = true
+		case "timeout", "timeouts":
+			sc.Client.Retry.OnTimeout = true
+		case "":
+		default:
+			return sc, fmt.Errorf("--retry-on: %q is not refusal or timeout", w)
+		}
+	}
+	if f.retries > 0 && sc.Client.Retry.OnTimeout && f.timeout == 0 && f.upstreamTimeout == 0 {
+		// Nothing can time out: retry refusals only rather than reject the combination.
+		sc.Client.Retry.OnTimeout = false
+	}
+	return sc, nil
+}
+
+// strategyFlags select strategies by spec or by proxy config file.
+type strategyFlags struct {
+	specs, configs listFlag
+}
+
+func (f *strategyFlags) register(fs *flag.FlagSet, defaults string) {
+	fs.Var(&f.specs, "strategy", "a strategy spec, repeatable: none, inflight:limit=8, token-bucket:rate=400,burst=32, leaky-bucket:rate=400,depth=25, bounded-queue:concurrency=8,depth=32,maxWait=80ms, or stages joined with + (a chain) (default "+defaults+")")
+	fs.Var(&f.configs, "config", "a proxy config file (YAML) whose admission policy to run, repeatable")
+}
+
+// strategies returns the selected strategies; a config file's upstreamTimeout applies unless
+// --upstream-timeout was given.
+func (f *strategyFlags) strategies(defaults []string, sc *lab.Scenario, upstreamSet bool) ([]lab.Strategy, error) {
+	specs := f.specs
+	if len(specs) == 0 && len(f.configs) == 0 {
+		specs = defaults
+	}
+	out, err := lab.ParseStrategies(specs)
+	if err != nil {
+		return nil, fmt.Errorf("--strategy: %w", err)
+	}
+	for _, path := range f.configs {
+		cs, err := lab.StrategyFromConfig(path)
+		if err != nil {
+			return nil, fmt.Errorf("--config: %w", err)
+		}
+		if !upstreamSet {
+			sc.UpstreamTimeout = cs.UpstreamTimeout
+		}
+		out = append(out, cs.Strategy)
+	}
+	return out, nil
+}
+
+// command holds the flags that run, sweep and compare share.
+type command struct {
+	fs       *flag.FlagSet
+	sf       scenarioFlags
+	st       strategyFlags
+	defaults []string
+	out      *string
+	noCharts *bool
+	quiet    *bool
+}
+
+// newCommand registers the shared flags; outDir "" means the command writes no files.
+func newCommand(name string, stderr io.Writer, defaults []string, timeout, slo time.Duration, outDir string) *command {
+	c := &command{fs: newFlagSet(name, stderr), defaults: defaults}
+	c.sf.register(c.fs, timeout, slo)
+	c.st.register(c.fs, strings.Join(defaults, ", "))
+	if outDir != "" {
+		c.out = c.fs.String("out", outDir, "directory for the CSV files and the charts")
+		c.noCharts = c.fs.Bool("no-charts", false, "skip the PNG charts")
+		c.quiet = c.fs.Bool("quiet", false, "no progress lines")
+	}
+	return c
+}
+
+// setup parses args and returns the scenario (without arrivals) and the strategies.
+func (c *command) setup(args []string) (lab.Scenario, []lab.Strategy, error) {
+	if err := parse(c.fs, args); err != nil {
+		return lab.Scenario{}, nil, err
+	}
+	sc, err := c.sf.scenario()
+	if err != nil {
+		return sc, nil, err
+	}
+	strategies, err := c.st.strategies(c.defaults, &sc, flagSet(c.fs, "upstream-timeout"))
+	return sc, strategies, err
+}
+
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == name {
+			set = true
+		}
+	})
+	return set
+}
+
+// progressLine prints at most one line a second to w while a long run goes on.
+func progressLine(w io.Writer) func(lab.Progress) {
+	last := time.Now()
+	return func(p lab.Progress) {
+		if time.Since(last) < time.Second {
+			return
+		}
+		last = time.Now()
+		fmt.Fprintf(w, "lab: %s: virtual %s of %s, %d offered\n", p.Strategy, p.Now.Truncate(time.Millisecond), p.Span, p.Offered)
+	}
+}
+
+func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newCommand("run", stderr, []string{"none", "token-bucket", "leaky-bucket", "bounded-queue", "inflight"}, 0, 0, filepath.Join("out", "lab"))
+	arrivals := c.fs.String("arrivals", "poisson:rate=400", "arrivals: constant:rate=R, poisson:rate=R, ramp:from=R,to=R[,steps=N], spike:base=R,peak=R,at=D,for=D (ramp/spike take poisson=true), trace:FILE")
+	duration := c.fs.Duration("duration", 10*time.Second, "how long generated arrivals go on")
+	requests := c.fs.Int("requests", 0, "stop after this many fresh requests (0 = no cap)")
+	sc, strategies, err := c.setup(args)
+	if err != nil {
+		return err
+	}
+	if sc.Arrivals, err = lab.ParseArrivals(*arrivals, *duration); err != nil {
+		return fmt.Errorf("--arrivals: %w", err)
+	}
+	sc.MaxRequests = *requests
+	opts := lab.RunOptions{}
+	if !*c.quiet {
+		opts.Progress = progressLine(stderr)
+	}
+	var results []lab.Named
+	for _, s := range strategies {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		r, err := lab.Run(sc, s, opts)
+		if err != nil {
+			return err
+		}
+		results = append(results, lab.Named{Strategy: s.Name, Result: r})
+	}
+	fmt.Fprintf(stdout, "Arrivals: %s. %s, %s. Client timeout: %s, retries: %d.\n\n",
+		sc.Arrivals, describeService(c.sf.service), describeServers(sc.Servers), describeTimeout(sc.Client.Timeout), sc.Client.Retry.Max)
+	return report(*c.out, "run", results, true, *c.noCharts, stdout, stderr)
+}
+
+func describeService(spec string) string { return "service " + spec }
+
+func describeServers(n int) string {
+	if n == 0 {
+		return "unlimited workers"
+	}
+	return strconv.Itoa(n) + " workers"
+}
+
+func describeTimeout(d time.Duration) string {
+	if d == 0 {
+		return "none"
+	}
+	return d.String()
+}
+
+func parseLoads(s string) ([]float64, error) {
+	var out []float64
+	for _, f := range strings.Split(s, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil {
+			return nil, fmt.Errorf("--loads: %q is not a number", f)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newCommand("sweep", stderr, []string{"none", "token-bucket", "leaky-bucket", "bounded-queue", "inflight"}, time.Second, 500*time.Millisecond, filepath.Join("out", "sweep"))
+	capacity := c.fs.Float64("capacity", 0, "backend capacity in requests/s (0 = servers / mean service time)")
+	loadList := c.fs.String("loads", "0.25,0.5,0.75,1,1.25,1.5,2,3,4,6,8,10", "offered loads as multiples of capacity")
+	duration := c.fs.Duration("duration", 20*time.Second, "how long each point offers requests")
+	even := c.fs.Bool("even", false, "evenly spaced arrivals instead of Poisson")
+	sc, strategies, err := c.setup(args)
+	if err != nil {
+		return err
+	}
+	loads, err := parseLoads(*loadList)
+	if err != nil {
+		return err
+	}
+	var progress func(done, total int, s string, load float64)
+	if !*c.quiet {
+		progress = func(done, total int, s string, load float64) {
+			fmt.Fprintf(stderr, "lab: sweep %d/%d: %s at %gx\n", done+1, total, s, load)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	points, capRPS, err := lab.Sweep(lab.SweepConfig{Base: sc, Capacity: *capacity, Loads: loads, Duration: *duration, Even: *even}, strategies, progress)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "Capacity %.1f rps (%s, %s); SLO %s; client timeout %s.\n\n", capRPS, describeService(c.sf.service),
+		describeServers(sc.Servers), describeTimeout(sc.SLO), describeTimeout(sc.Client.Timeout))
+	if err := writeSweepTable(stdout, points); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(*c.out, 0o755); err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	if err := lab.WriteSweepCSV(&buf, points); err != nil {
+		return err
+	}
+	files := []string{filepath.Join(*c.out, "sweep.csv")}
+	if err := os.WriteFile(files[0], buf.Bytes(), 0o644); err != nil {
+		return err
+	}
+	if !*c.noCharts {
+		charts, err := lab.WriteSweepCharts(*c.out, points)
+		if err != nil {
+			return err
+		}
+		files = append(files, charts...)
+	}
+	fmt.Fprintf(stderr, "lab: wrote %s\n", strings.Join(files, " "))
+	return nil
+}
+
+// writeSweepTable prints goodput (requests/s within the SLO) per strategy and load.
+func writeSweepTable(w io.Writer, points []lab.SweepPoint) error {
+	var loads []float64
+	var order []string
+	cell := map[string]map[float64]lab.SweepPoint{}
+	for _, p := range points {
+		if cell[p.Strategy] == nil {
+			cell[p.Strategy] = map[float64]lab.SweepPoint{}
+			order = append(order, p.Strategy)
+		}
+		if !slices.Contains(loads, p.Load) {
+			loads = append(loads, p.Load)
+		}
+		cell[p.Strategy][p.Load] = p
+	}
+	var b strings.Builder
+	b.WriteString("goodput rps (p99 ms)\n\n| strategy |")
+	for _, l := range loads {
+		fmt.Fprintf(&b, " %gx |", l)
+	}
+	b.WriteString("\n|---|")
+	for range loads {
+		b.WriteString("---|")
+	}
+	b.WriteString("\n")
+	for _, s := range order {
+		fmt.Fprintf(&b, "| %s |", s)
+		for _, l := range loads {
+			p, ok := cell[s][l]
+			if !ok {
+				b.WriteString(" - |")
+				continue
+			}
+			fmt.Fprintf(&b, " %.0f (%.0f) |", p.Summary.GoodputRPS(), p.Summary.P99.Seconds()*1000)
+		}
+		b.WriteString("\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newCommand("compare", stderr, lab.DefaultCompareSpecs(), 2*time.Second, 0, "")
+	capacity := c.fs.Float64("capacity", 0, "backend capacity in requests/s (0 = servers / mean service time)")
+	load := c.fs.Float64("load", 2, "offered load as a multiple of capacity")
+	duration := c.fs.Duration("duration", 10*time.Second, "how long requests are offered")
+	labOnly := c.fs.Bool("lab-only", false, "run only the lab half")
+	sc, strategies, err := c.setup(args)
+	if err != nil {
+		return err
+	}
+	var live lab.Live
+	if !*labOnly {
+		live = newLive(stderr)
+		if live == nil {
+			fmt.Fprintln(stderr, "lab: this build has no live half; showing the lab's prediction only")
+		}
+	}
+	rows, capRPS, err := lab.Compare(ctx, lab.CompareConfig{Scenario: sc, Capacity: *capacity, Load: *load, Duration: *duration}, strategies, live)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "Offered %gx of capacity %.1f rps (Poisson, %s); %s, %s; client timeout %s.\n\n", *load, capRPS, *duration,
+		describeService(c.sf.service), describeServers(sc.Servers), describeTimeout(sc.Client.Timeout))
+	return lab.WriteCompareTable(stdout, rows)
+}
+
+func runTrace(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("trace", stderr)
+	arrivals := fs.String("arrivals", "poisson:rate=100", "arrivals, as for lab run")
+	duration := fs.Duration("duration", 10*time.Second, "how long generated arrivals go on")
+	requests := fs.Int("requests", 0, "stop after this many requests (0 = no cap)")
+	seed := fs.Uint64("seed", 1, "seed of Poisson arrivals")
+	out := fs.String("out", "", "trace file to write (default standard output)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	a, err := lab.ParseArrivals(*arrivals, *duration)
+	if err != nil {
+		return fmt.Errorf("--arrivals: %w", err)
+	}
+	recs, err := lab.CollectArrivals(a, *seed, *requests)
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	if err := lab.WriteTrace(&buf, recs); err != nil {
+		return err
+	}
+	if *out == "" {
+		_, err := stdout.Write(buf.Bytes())
+		return err
+	}
+	if err := os.WriteFile(*out, buf.Bytes(), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "lab: wrote %d arrivals to %s\n", len(recs), *out)
+	return nil
+}
