@@ -1,0 +1,55 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestCheckConfigNamesTheField(t *testing.T) {
+	for file, field := range map[string]string{
+		"invalid-unknown-key.yaml":      "admission.tokenBucket.rte",
+		"invalid-negative-rate.yaml":    "admission.tokenBucket.rate",
+		"invalid-missing-upstream.yaml": "upstream",
+		"invalid-bad-duration.yaml":     "admission.boundedQueue.maxWait",
+	} {
+		var out, errw bytes.Buffer
+		err := run(context.Background(), []string{"--check-config", filepath.Join("..", "..", "internal", "config", "testdata", file)}, &out, &errw)
+		if err == nil || !strings.Contains(err.Error(), field) {
+			t.Errorf("%s: %v, want an error naming %s", file, err, field)
+		}
+	}
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"--check-config", filepath.Join("..", "..", "internal", "config", "testdata", "valid-all-blocks.yaml")}, &out, &out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "valid") {
+		t.Fatalf("output %q", out.String())
+	}
+}
+
+func TestOverridesAreValidatedLikeTheFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "c.yaml")
+	os.WriteFile(path, []byte("admission: {strategy: inflight, inflight: {limit: 2}}\n"), 0o600)
+	// The file has no upstream; the flag supplies one.
+	if _, err := loadWithOverrides(path, "127.0.0.1:0", "http://127.0.0.1:9", "127.0.0.1:0"); err != nil {
+		t.Fatalf("with --upstream: %v", err)
+	}
+	if _, err := loadWithOverrides(path, "", "ftp://x", ""); err == nil || !strings.Contains(err.Error(), "upstream") {
+		t.Fatalf("a bad --upstream must be refused naming upstream: %v", err)
+	}
+}
+
+func TestVersionAndUsage(t *testing.T) {
+	var out, errw bytes.Buffer
+	if err := run(context.Background(), []string{"--version"}, &out, &errw); err != nil || !strings.HasPrefix(out.String(), "proxy ") {
+		t.Fatalf("--version: %v %q", err, out.String())
+	}
+	if err := run(context.Background(), nil, &out, &errw); err == nil {
+		t.Fatal("no --config must be a usage error")
+	}
+}
