@@ -7,9 +7,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/loadshed/loadshed/internal/backend"
@@ -22,13 +27,16 @@ import (
 // Env is a backend and a proxy in front of it, serving on loopback.
 type Env struct {
 	Backend      *backend.Server
-	Proxy        *proxy.Server
+	Proxy        *proxy.Server // nil when the proxy runs as a separate process
+	ProxyProcess *exec.Cmd     // set when Setup.ProxyBinary was given
 	ProxyURL     string // the data port, e.g. "http://127.0.0.1:41234"
 	ProxyAdmin   string // the admin port's base URL
+	ConfigPath   string // the proxy's configuration file, when Setup.Reloadable
 	BackendURL   string // the backend's data port (no admission)
 	BackendAdmin string // the backend's admin port (a test tool)
 	cancel       context.CancelFunc
 	done         chan error
+	dir          string
 }
 
 // Setup describes an environment: the backend's capacity and service time, and the proxy's
@@ -41,6 +49,16 @@ type Setup struct {
 	Admission string
 	// Extra is appended to the proxy's config file (top-level keys such as routes or headers).
 	Extra string
+	// ProxyBinary, when set, runs the proxy as a separate process from this binary (built from
+	// ./cmd/proxy), so its own goroutines, memory and exit code can be observed.
+	ProxyBinary string
+	// Shutdown overrides the proxy's shutdown block (default "{drainDelay: 0s, gracePeriod: 5s}").
+	Shutdown string
+	// Stderr receives the proxy process's log (default: discarded).
+	Stderr io.Writer
+	// Reloadable writes the in-process proxy's configuration to a file (Env.ConfigPath) that
+	// Env.Proxy.Reload reads again.
+	Reloadable bool
 }
 
 // Constant returns a service time of exactly d.
@@ -72,14 +90,48 @@ func Start(s Setup) (*Env, error) {
 		BackendURL: "http://" + data.Addr().String(), BackendAdmin: "http://" + admin.Addr().String()}
 	go func() { e.done <- be.Serve(ctx, backend.ServeConfig{Data: data, Admin: admin, ShutdownTimeout: 5 * time.Second}) }()
 
-	y := fmt.Sprintf("listen: 127.0.0.1:0\nadminListen: 127.0.0.1:0\nupstream: %s\nupstreamTimeout: 10s\nshutdown: {drainDelay: 0s, gracePeriod: 5s}\nreload: {watch: false}\n%s\nadmission:\n%s\n",
-		e.BackendURL, s.Extra, indent(s.Admission))
+	shutdown := s.Shutdown
+	if shutdown == "" {
+		shutdown = "{drainDelay: 0s, gracePeriod: 5s}"
+	}
+	pListen, pAdmin := "127.0.0.1:0", "127.0.0.1:0"
+	if s.ProxyBinary != "" {
+		if pListen, err = freePort(); err == nil {
+			pAdmin, err = freePort()
+		}
+		if err != nil {
+			e.Close()
+			return nil, err
+		}
+	}
+	y := fmt.Sprintf("listen: %s\nadminListen: %s\nupstream: %s\nupstreamTimeout: 10s\nshutdown: %s\nreload: {watch: false}\n%s\nadmission:\n%s\n",
+		pListen, pAdmin, e.BackendURL, shutdown, s.Extra, indent(s.Admission))
 	cfg, err := config.Parse([]byte(y))
 	if err != nil {
 		e.Close()
 		return nil, fmt.Errorf("proxy config: %w", err)
 	}
-	px, err := proxy.New(cfg, proxy.Options{})
+	if s.ProxyBinary != "" {
+		if err := e.startProcess(s, []byte(y), pListen, pAdmin); err != nil {
+			e.Close()
+			return nil, err
+		}
+		return e, nil
+	}
+	opts := proxy.Options{}
+	if s.Reloadable {
+		if e.dir, err = os.MkdirTemp("", "loadshed-live-"); err != nil {
+			e.Close()
+			return nil, err
+		}
+		e.ConfigPath = filepath.Join(e.dir, "config.yaml")
+		if err := os.WriteFile(e.ConfigPath, []byte(y), 0o600); err != nil {
+			e.Close()
+			return nil, err
+		}
+		opts.ConfigPath = e.ConfigPath
+	}
+	px, err := proxy.New(cfg, opts)
 	if err != nil {
 		e.Close()
 		return nil, err
@@ -97,6 +149,13 @@ func Start(s Setup) (*Env, error) {
 		return nil, err
 	}
 	return e, nil
+}
+
+// ConfigYAML returns a proxy configuration file for this environment's backend with the given
+// admission block, as Start writes it (for tests that reload a changed file).
+func (e *Env) ConfigYAML(admission string) string {
+	return fmt.Sprintf("listen: 127.0.0.1:0\nadminListen: 127.0.0.1:0\nupstream: %s\nupstreamTimeout: 10s\nshutdown: {drainDelay: 0s, gracePeriod: 5s}\nreload: {watch: false}\nadmission:\n%s\n",
+		e.BackendURL, indent(admission))
 }
 
 func indent(s string) string {
@@ -124,6 +183,10 @@ func waitReady(url string, within time.Duration) error {
 
 // Close shuts the proxy and the backend down and waits for them.
 func (e *Env) Close() {
+	if e.ProxyProcess != nil && e.ProxyProcess.ProcessState == nil {
+		e.ProxyProcess.Process.Signal(syscall.SIGTERM)
+		e.ProxyProcess.Wait()
+	}
 	e.cancel()
 	n := 1
 	if e.Proxy != nil {
@@ -132,6 +195,40 @@ func (e *Env) Close() {
 	for range n {
 		<-e.done
 	}
+	if e.dir != "" {
+		os.RemoveAll(e.dir)
+	}
+}
+
+// freePort returns a loopback address with a port that was free a moment ago.
+func freePort() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+func (e *Env) startProcess(s Setup, config []byte, listen, admin string) error {
+	dir, err := os.MkdirTemp("", "loadshed-live-")
+	if err != nil {
+		return err
+	}
+	e.dir = dir
+	path := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(path, config, 0o600); err != nil {
+		return err
+	}
+	cmd := exec.Command(s.ProxyBinary, "--config", path)
+	cmd.Stdout = s.Stderr
+	cmd.Stderr = s.Stderr
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("proxy process: %w", err)
+	}
+	e.ProxyProcess = cmd
+	e.ProxyURL, e.ProxyAdmin = "http://"+listen, "http://"+admin
+	return waitReady(e.ProxyAdmin+"/readyz", 10*time.Second)
 }
 
 // Load is one load-generator run against the proxy.

@@ -6,7 +6,8 @@ import "math"
 const (
 	// BaselineLong compares the window RTT with the long-term average only (the field).
 	BaselineLong = "long"
-	// BaselineMinRTT compares it with the smaller of the long-term average and MinRTT.
+	// BaselineMinRTT compares it with MinRTT, or with the long-term average while MinRTT is
+	// unknown.
 	BaselineMinRTT = "minRTT"
 )
 
@@ -21,11 +22,14 @@ const (
 // Smoothing. Netflix: smoothing 0.2, queueSize 4, long window 600, tolerance 1.5, min 20.
 //
 // Sidecar departures (FieldGradient2 keeps Netflix's values):
-//   - Baseline "minRTT": the gradient compares the window's RTT with the smaller of longRTT and
-//     the probe-free MinRTT estimate. The long average alone follows a backend that stays
-//     saturated: once the queue inside it stands, longRTT equals shortRTT, the gradient is 1
-//     and the limit grows by Smoothing x QueueSize every window, without bound (Netflix relies on
-//     its maximum of 200 and on timeouts; the closed-loop model test shows it at the maximum).
+//   - Baseline "minRTT": the gradient compares the window's RTT with the probe-free MinRTT
+//     estimate (longRTT only while MinRTT is unknown). The long average follows a backend that
+//     stays saturated: once the queue inside it stands, longRTT equals shortRTT, the gradient
+//     is 1 and the limit grows by Smoothing x QueueSize every window, without bound (Netflix
+//     relies on its maximum of 200 and on timeouts; the closed-loop model test shows it at the
+//     maximum). The other way round, after a backend became permanently slower the long
+//     average keeps the old latency for tens of windows after MinRTT has aged out, and would
+//     hold the limit at its floor that long.
 //   - RTTTolerance 1.5 -> 1.1: anchored to MinRTT, 1.5 lets 50% of W queue inside a backend of W
 //     workers. 1.1 sits above the noise of a window's p50 against its own windowed minimum.
 //   - Drain: when the RTT exceeds the tolerance (gradient < 1), the limit becomes the
@@ -127,7 +131,7 @@ func (g *gradient2) Update(limit float64, w Window) float64 {
 	}
 	base := g.long
 	if minRTT := seconds(w.MinRTT); g.c.Baseline == BaselineMinRTT && minRTT > 0 {
-		base = math.Min(base, minRTT)
+		base = minRTT
 	}
 	grad := math.Min(math.Max(g.c.RTTTolerance*base/short, 0.5), 1)
 	if g.c.Drain && grad < 1 {

@@ -19,18 +19,23 @@ import "math"
 // it would halve the limit under every overload however healthy the backend. A window without
 // samples, or without a MinRTT estimate, holds.
 //
-// Sidecar departures:
+// Sidecar departures (FieldGreed keeps the paper's constants):
 //   - Increase 2 -> 1.25 and Decrease 0.5 -> 0.75. Doubling from a backend's capacity W lands
 //     at 2W: the field's limit alternates between W and 2W, and every second window carries
-//     +100% latency. With 1.25 the overshoot stays within a quarter of W; the decrease of 0.75
-//     still undoes more than one increase (1.25 x 0.75 < 1), so the cycle keeps returning below
-//     W and drains the backend's queue, which keeps the probe-free MinRTT honest.
-//   - Floor 3 -> 1: the field never goes below 3; a sidecar must work from a limit of 1.
-//   - MaxShift 3 -> 1: shift is the backlog tolerated before the limit falls. A standing queue
-//     of 3 requests in a backend of 4 workers is +75% latency; with MaxShift 1 a single queued
-//     request is tolerated, two shrink the limit.
-//   - Increases are held while the window is app-limited (MaxInFlight*2 < L): doubling a limit
-//     nobody tested only piles up permits for the next burst.
+//     +100% latency. With 1.25 the overshoot stays within a quarter of W.
+//   - MaxShift 3 -> 1 and DecreaseOnEqual: shift is the backlog tolerated before the limit
+//     falls, and "equal holds" lets that backlog stand for ever. A standing queue of 3 requests
+//     in a backend of 4 workers is +75% latency, and any queue that always stands becomes the
+//     probe-free windowed minimum RTT, after which the limit climbs again. In the sidecar shift
+//     stays 1 and one queued request already decreases.
+//   - Drain: a decrease for backlog lands no lower than the concurrency the backend served,
+//     MaxInFlight - backlog (Little's law): 0.75 x L may cut below W, which loses goodput
+//     without shortening any queue. The limit still returns to W, which empties the backend's
+//     queue once per cycle. A drop is not a backlog estimate and always decreases by Decrease.
+//   - Floor 3 -> 1: the field never goes below 3; a sidecar must work from a limit of 1. A
+//     decrease never raises the limit (the field's max(L/2, 3) would turn 2 into 3).
+//   - Increases are held while the window is app-limited (MaxInFlight*2 < L): multiplying a
+//     limit nobody tested only piles up permits for the next burst.
 //   - A window with drops counts as backlog above shift (decrease).
 type Greed struct {
 	// Increase multiplies the limit when the backlog is below shift; > 1. Field 2, sidecar 1.25.
@@ -46,11 +51,14 @@ type Greed struct {
 	// DecreaseOnEqual treats a backlog equal to shift as too much (decrease) instead of holding.
 	// Field false, sidecar true.
 	DecreaseOnEqual bool `yaml:"decreaseOnEqual" json:"decreaseOnEqual"`
+	// Drain keeps a decrease for backlog from going below MaxInFlight - backlog. Field false,
+	// sidecar true.
+	Drain bool `yaml:"drain" json:"drain"`
 }
 
 // DefaultGreed returns the sidecar defaults.
 func DefaultGreed() Greed {
-	return Greed{Increase: 1.25, Decrease: 0.75, Floor: 1, MinShift: 1, MaxShift: 1}
+	return Greed{Increase: 1.25, Decrease: 0.75, Floor: 1, MinShift: 1, MaxShift: 1, DecreaseOnEqual: true, Drain: true}
 }
 
 // FieldGreed returns the paper's constants.
@@ -92,15 +100,15 @@ func (g *greed) Name() string { return NameGreed }
 
 func (g *greed) Update(limit float64, w Window) float64 {
 	limit = sanitize(limit)
-	var backlog float64
-	if w.Dropped > 0 {
-		backlog = math.Inf(1)
-	} else {
+	backlog, served := math.Inf(1), 0.0
+	if w.Dropped == 0 {
 		rtt, minRTT, ok := w.latency()
 		if !ok {
 			return limit
 		}
-		backlog = queued(float64(max(w.MaxInFlight, 0)), rtt, minRTT)
+		inflight := float64(max(w.MaxInFlight, 0))
+		backlog = queued(inflight, rtt, minRTT)
+		served = inflight - backlog
 	}
 	shift := float64(g.shift)
 	switch {
@@ -112,7 +120,11 @@ func (g *greed) Update(limit float64, w Window) float64 {
 		return math.Min(limit*g.c.Increase, MaxValue)
 	case backlog > shift || (g.c.DecreaseOnEqual && backlog == shift):
 		g.shift = max(g.shift-1, g.c.MinShift)
-		return math.Min(limit, math.Max(limit*g.c.Decrease, g.c.Floor))
+		next := math.Max(limit*g.c.Decrease, g.c.Floor)
+		if g.c.Drain {
+			next = math.Max(next, served)
+		}
+		return math.Min(limit, next)
 	}
 	return limit
 }

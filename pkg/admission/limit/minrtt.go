@@ -2,12 +2,12 @@ package limit
 
 import "time"
 
-// DefaultMinRTTWindows is a suggested span for NewMinRTT, in update windows. The span trades
-// two failures against each other: too short and a queue that stands for the whole span becomes
-// the "no-load" latency (the limit can then climb); too long and a backend that became
-// permanently slower keeps looking overloaded, so the limit stays low, until the old value ages
-// out. 20 windows is 5 s at a 250 ms update interval; keep the span to a few seconds.
-const DefaultMinRTTWindows = 20
+// DefaultMinRTTWindows is a suggested span for NewMinRTT, in update windows: 10 s at the
+// adaptive strategy's 100 ms windows. The span trades two failures against each other: too
+// short and a queue that stands for the whole span becomes the "no-load" latency (a controller
+// that never drains its queue then climbs); too long and a backend that became permanently
+// slower keeps looking overloaded, so the limit sits near its floor, for the whole span.
+const DefaultMinRTTWindows = 100
 
 // MinRTT estimates the upstream's no-load latency without probe windows that shed traffic: a
 // windowed minimum over the last N update windows (a ring of per-window low statistics), so an

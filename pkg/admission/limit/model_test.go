@@ -3,7 +3,6 @@ package limit
 import (
 	"fmt"
 	"math"
-	"strings"
 	"testing"
 	"time"
 )
@@ -83,24 +82,138 @@ func mustNew(t testing.TB, name string, p Params) Algorithm {
 	return a
 }
 
-func TestModelTable(t *testing.T) {
-	for _, set := range []struct {
-		name string
-		p    Params
-	}{{"sidecar", DefaultParams()}, {"field", FieldParams()}} {
-		for _, est := range []bool{false, true} {
-			var b strings.Builder
-			for _, name := range Names() {
-				for _, w := range []int{4, 8, 16, 64} {
-					m := model{W: w, S: 20 * time.Millisecond, Interval: 250 * time.Millisecond, MinLimit: 1, MaxLimit: 256}
-					if est {
-						m.Estimator = NewMinRTT(DefaultMinRTTWindows)
-					}
-					ls := m.run(mustNew(t, name, set.p), 4, 400, nil)
-					fmt.Fprintf(&b, "%-9s W=%-3d %s | last100 %s\n", name, w, summarise(ls[:200], 50, w), summarise(ls, 100, w))
-				}
+const (
+	modelS        = 20 * time.Millisecond
+	modelInterval = 100 * time.Millisecond // the adaptive strategy's window
+	modelInitial  = 4                      // the adaptive block's default initialLimit
+)
+
+func newModel(w int, withEstimator bool) *model {
+	m := &model{W: w, S: modelS, Interval: modelInterval, MinLimit: 1, MaxLimit: 256}
+	if withEstimator {
+		m.Estimator = NewMinRTT(DefaultMinRTTWindows)
+	}
+	return m
+}
+
+// TestModelSettle iterates every algorithm 200 times from the initial limit against a
+// saturated backend of W workers and checks where the sidecar defaults settle: the enforced
+// limit stays within [W, 2W) over the last 100 windows (goodput needs L >= W, latency under
+// 2S needs L < 2W). The field's values are run too, to show why the sidecar departs from them:
+// each of them leaves the band on a backend of 4 workers.
+func TestModelSettle(t *testing.T) {
+	for _, w := range []int{4, 8} {
+		for _, name := range Names() {
+			side := summarise(newModel(w, false).run(mustNew(t, name, DefaultParams()), modelInitial, 200, nil), 100, w)
+			field := summarise(newModel(w, false).run(mustNew(t, name, FieldParams()), modelInitial, 200, nil), 100, w)
+			t.Logf("W=%d %-9s sidecar %s | field %s", w, name, side, field)
+			if side.Lo < w || side.Hi >= 2*w {
+				t.Errorf("W=%d %s: sidecar defaults settle at %s, want every enforced limit in [%d, %d)", w, name, side, w, 2*w)
 			}
-			t.Logf("%s estimator=%v\n%s", set.name, est, b.String())
+			if w == 4 && field.Hi < 2*w {
+				t.Errorf("W=%d %s: field values settle at %s, inside the band: is the departure still needed?", w, name, field)
+			}
 		}
 	}
+}
+
+// TestModelEstimatorInLoop closes the loop through the probe-free MinRTT estimator (fed each
+// window's RTT) instead of the exact MinRTT. A controller that keeps a queue standing inside the
+// backend teaches the estimator that the queued latency is the no-load latency and then climbs
+// again; the sidecar defaults must drain the queue often enough that this never happens, on
+// small and large backends alike, over ten estimator spans started from a limit of 1.
+func TestModelEstimatorInLoop(t *testing.T) {
+	for _, w := range []int{4, 8, 16, 64} {
+		for _, name := range Names() {
+			s := summarise(newModel(w, true).run(mustNew(t, name, DefaultParams()), 1, 10*DefaultMinRTTWindows, nil), 5*DefaultMinRTTWindows, w)
+			t.Logf("W=%-2d %-9s %s", w, name, s)
+			if s.Goodput < 0.95 || s.Hi >= 2*w || float64(s.Hi) > 1.25*float64(w)+1 {
+				t.Errorf("W=%d %s: with the estimator in the loop the limit settles at %s, want goodput >= 0.95 and at most 1.25W+1", w, name, s)
+			}
+		}
+	}
+}
+
+// TestModelDrainPreventsRatchet shows why the gradient's sidecar Drain exists: without it the
+// limit settles above W with a queue that never empties, the estimator adopts the queued
+// latency once per span, and the limit keeps climbing (here from 1.1W towards 2W and beyond).
+func TestModelDrainPreventsRatchet(t *testing.T) {
+	p := DefaultParams()
+	p.Gradient.Drain = false
+	const w, span = 16, DefaultMinRTTWindows
+	ls := newModel(w, true).run(mustNew(t, NameGradient, p), 1, 10*span, nil)
+	early, late := summarise(ls[:5*span], span, w), summarise(ls, span, w)
+	with := summarise(newModel(w, true).run(mustNew(t, NameGradient, DefaultParams()), 1, 10*span, nil), span, w)
+	t.Logf("W=%d gradient without drain: after 5 spans %s, after 10 %s | with drain %s", w, early, late, with)
+	if !(late.Mean > early.Mean+1 && late.Mean > 1.75*w) {
+		t.Errorf("without drain the limit went from %s to %s; the model no longer shows the ratchet", early, late)
+	}
+	if with.Hi >= 2*w {
+		t.Errorf("with drain the limit settled at %s, want below %d", with, 2*w)
+	}
+}
+
+// windowsToBand returns how many windows from ls[start] on (ls[start] is the limit computed from
+// the first window after the change) it takes until the enforced limit is in [lo, hi) and stays
+// there to the end; -1 if it never settles.
+func windowsToBand(ls []float64, start, lo, hi int) int {
+	first := start
+	for i := len(ls) - 1; i >= start; i-- {
+		if e := int(math.Floor(ls[i])); e < lo || e >= hi {
+			first = i + 1
+			break
+		}
+	}
+	if first == len(ls) {
+		return -1
+	}
+	return first - start + 1
+}
+
+// TestModelCapacityHalves halves the workers (8 -> 4, the service time unchanged) after 200
+// windows and counts the windows until the limit is back in the new band [4, 8) for good (and,
+// for the log, until it is back at its usual dither, at most 1.25W+1).
+func TestModelCapacityHalves(t *testing.T) {
+	const before, after, at = 8, 4, 200
+	for _, name := range Names() {
+		ls := newModel(before, false).run(mustNew(t, name, DefaultParams()), modelInitial, 300, func(i int, m *model) {
+			if i == at {
+				m.W = after
+			}
+		})
+		n := windowsToBand(ls, at, after, 2*after)
+		tight := windowsToBand(ls, at, after, after*5/4+2)
+		t.Logf("%-9s W %d->%d: in [%d, %d) after %d windows, in [%d, %d] after %d: %v", name, before, after,
+			after, 2*after, n, after, after*5/4+1, tight, floors(ls[at-2:at+10]))
+		if n < 0 || n > 8 {
+			t.Errorf("%s: after the capacity halved the limit took %d windows to settle, want at most 8", name, n)
+		}
+	}
+}
+
+// TestModelSlowerBackend doubles the service time after 200 windows, with the estimator in the
+// loop. Until the old MinRTT ages out every algorithm reads the slower backend as a queue and
+// holds the limit low; after that it must return to the band [W, 2W).
+func TestModelSlowerBackend(t *testing.T) {
+	const w, at = 8, 200
+	for _, name := range Names() {
+		ls := newModel(w, true).run(mustNew(t, name, DefaultParams()), modelInitial, at+DefaultMinRTTWindows+100, func(i int, m *model) {
+			if i == at {
+				m.S = 2 * modelS
+			}
+		})
+		n := windowsToBand(ls, at, w, 2*w)
+		t.Logf("%-9s S x2: back in [%d, %d) after %d windows (estimator span %d)", name, w, 2*w, n, DefaultMinRTTWindows)
+		if n < 0 || n > DefaultMinRTTWindows+25 {
+			t.Errorf("%s: after the backend became slower the limit took %d windows to recover, want at most %d", name, n, DefaultMinRTTWindows+25)
+		}
+	}
+}
+
+func floors(ls []float64) []int {
+	out := make([]int, len(ls))
+	for i, l := range ls {
+		out[i] = int(math.Floor(l))
+	}
+	return out
 }

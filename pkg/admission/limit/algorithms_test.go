@@ -1,0 +1,369 @@
+package limit
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+const ms = time.Millisecond
+
+// step is one recorded window and the limit Update must return for it; steps run in order and
+// each starts from the previous step's result.
+type step struct {
+	what string
+	w    Window
+	want float64
+}
+
+func runSteps(t *testing.T, a Algorithm, limit float64, steps []step) {
+	t.Helper()
+	for i, s := range steps {
+		got := a.Update(limit, s.w)
+		if math.Abs(got-s.want) > 1e-9*math.Max(1, math.Abs(s.want)) {
+			t.Fatalf("step %d (%s): Update(%v, %+v) = %v, want %v", i, s.what, limit, s.w, got, s.want)
+		}
+		limit = got
+	}
+}
+
+// win is a window of 50 successful samples.
+func win(rtt, minRTT time.Duration, inflight int) Window {
+	return Window{Samples: 50, RTT: rtt, MinRTT: minRTT, MaxInFlight: inflight}
+}
+
+// rttForQueue returns a window RTT for which ceil(n x (1 - minRTT/RTT)) = q, placing
+// n x (1 - minRTT/RTT) at q - 0.5 so rounding cannot move it.
+func rttForQueue(n, q int, minRTT time.Duration) time.Duration {
+	if q == 0 {
+		return minRTT
+	}
+	return time.Duration(float64(minRTT) / (1 - (float64(q)-0.5)/float64(n)))
+}
+
+func newAlg[C any](t *testing.T, ctor func(C) (Algorithm, error), c C) Algorithm {
+	t.Helper()
+	a, err := ctor(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func TestAIMD(t *testing.T) {
+	t.Run("sidecar", func(t *testing.T) {
+		a := newAlg(t, NewAIMD, DefaultAIMD())
+		runSteps(t, a, 4, []step{
+			{"unloaded: +1", win(20*ms, 20*ms, 4), 5},
+			{"unloaded: +1", win(20*ms, 20*ms, 5), 6},
+			{"app-limited (2*2 < 6): hold", win(20*ms, 20*ms, 2), 6},
+			{"half the limit in flight is enough to grow", win(20*ms, 20*ms, 3), 7},
+			{"RTT at exactly the tolerance is not slow", win(22*ms, 20*ms, 7), 8},
+			{"RTT above the tolerance: backoff", win(23*ms, 20*ms, 8), 7.2},
+			{"a drop: backoff", Window{Samples: 40, Dropped: 1, RTT: 20 * ms, MinRTT: 20 * ms, MaxInFlight: 7}, 6.48},
+			{"drops without any sample: backoff", Window{Dropped: 3}, 5.832},
+			{"no samples: hold", Window{}, 5.832},
+			{"MinRTT unknown, RTT fine: +1", win(40*ms, 0, 6), 6.832},
+			{"above the absolute timeout: backoff", win(6*time.Second, 0, 6), 6.832 * 0.9},
+		})
+	})
+	t.Run("field", func(t *testing.T) {
+		a := newAlg(t, NewAIMD, FieldAIMD())
+		runSteps(t, a, 20, []step{
+			{"RTT 10x MinRTT is not slow without rttTolerance", win(200*ms, 20*ms, 20), 21},
+			{"above the 5 s timeout: backoff", win(5001*ms, 20*ms, 21), 18.9},
+			{"a drop: backoff", Window{Samples: 1, Dropped: 1, RTT: 20 * ms, MinRTT: 20 * ms, MaxInFlight: 20}, 17.01},
+		})
+	})
+}
+
+func TestVegasThresholdsLg1(t *testing.T) {
+	// L = 10: lg = 1, so alpha 3, beta 6, threshold 1 (field).
+	const l, m = 10, 20 * ms
+	cases := []struct {
+		queue int
+		want  float64
+	}{
+		{0, 16}, {1, 16}, // queue <= threshold: L + beta
+		{2, 11},                            // queue < alpha: L + lg
+		{3, 10}, {4, 10}, {5, 10}, {6, 10}, // alpha <= queue <= beta: hold
+		{7, 9}, {9, 9}, // queue > beta: L - lg
+	}
+	for _, c := range cases {
+		a := newAlg(t, NewVegas, FieldVegas())
+		if got := a.Update(l, win(rttForQueue(l, c.queue, m), m, l)); got != c.want {
+			t.Errorf("queue %d: Update = %v, want %v", c.queue, got, c.want)
+		}
+	}
+}
+
+func TestVegasThresholdsLg2(t *testing.T) {
+	// L = 150: lg = 2, so alpha 6, beta 12, threshold 2 (field).
+	const l, m = 150, 20 * ms
+	cases := []struct {
+		queue int
+		want  float64
+	}{
+		{2, 162},           // queue <= threshold: L + beta
+		{3, 152}, {5, 152}, // queue < alpha: L + lg
+		{6, 150}, {12, 150}, // hold
+		{13, 148}, // queue > beta: L - lg
+	}
+	for _, c := range cases {
+		a := newAlg(t, NewVegas, FieldVegas())
+		if got := a.Update(l, win(rttForQueue(l, c.queue, m), m, l)); got != c.want {
+			t.Errorf("queue %d: Update = %v, want %v", c.queue, got, c.want)
+		}
+	}
+}
+
+func TestVegas(t *testing.T) {
+	const m = 20 * ms
+	t.Run("sidecar", func(t *testing.T) {
+		a := newAlg(t, NewVegas, DefaultVegas())
+		runSteps(t, a, 8, []step{
+			{"no queue: + beta (0.9)", win(m, m, 8), 8.9},
+			{"no queue: + 0.9", win(m, m, 8), 9.8},
+			{"one queued request is above beta: drain it", win(rttForQueue(9, 1, m), m, 9), 8.8},
+			{"app-limited: hold", win(m, m, 4), 8.8},
+			{"five queued: drain all five at once", win(rttForQueue(8, 5, m), m, 8), 3.8},
+			{"a drop: x0.9", Window{Dropped: 2, MaxInFlight: 3}, 3.42},
+			{"MinRTT unknown: hold", win(m, 0, 3), 3.42},
+			{"no samples: hold", Window{MaxInFlight: 3}, 3.42},
+		})
+	})
+	t.Run("field drop and decrease", func(t *testing.T) {
+		a := newAlg(t, NewVegas, FieldVegas())
+		runSteps(t, a, 30, []step{
+			{"a drop: L - lg", Window{Dropped: 1}, 29},
+			{"queue 20 > beta: L - lg only", win(rttForQueue(29, 20, m), m, 29), 28},
+			{"app-limited (13*2 < 28): hold", win(m, m, 13), 28},
+		})
+	})
+}
+
+func TestGradient(t *testing.T) {
+	const m = 20 * ms
+	t.Run("field", func(t *testing.T) {
+		a := newAlg(t, NewGradient, FieldGradient())
+		l := 16.0
+		// Unloaded: gradient 1.25, then + sqrt.
+		if got, want := a.Update(l, win(m, m, 16)), 20+math.Sqrt(20); math.Abs(got-want) > 1e-9 {
+			t.Errorf("unloaded: %v, want %v", got, want)
+		}
+		// Clamp at 2: RTT far below MinRTT*1.25 (cannot happen with a windowed minimum, but the
+		// formula must hold).
+		if got, want := a.Update(l, win(m/10, m, 16)), 32+math.Sqrt(32); math.Abs(got-want) > 1e-9 {
+			t.Errorf("clamped at 2: %v, want %v", got, want)
+		}
+		// Clamp at 0.5: RTT 10x.
+		if got, want := a.Update(l, win(10*m, m, 16)), 8+math.Sqrt(8); math.Abs(got-want) > 1e-9 {
+			t.Errorf("clamped at 0.5: %v, want %v", got, want)
+		}
+		// RTT up 50%: gradient 1.25/1.5.
+		if got, want := a.Update(l, win(30*ms, m, 16)), 16*1.25/1.5+math.Sqrt(16*1.25/1.5); math.Abs(got-want) > 1e-9 {
+			t.Errorf("RTT +50%%: %v, want %v", got, want)
+		}
+		// Envoy ignores drops and app-limited windows.
+		if got, want := a.Update(l, Window{Samples: 10, Dropped: 5, RTT: m, MinRTT: m, MaxInFlight: 1}), 20+math.Sqrt(20); math.Abs(got-want) > 1e-9 {
+			t.Errorf("drops, app-limited: %v, want %v", got, want)
+		}
+	})
+	t.Run("sidecar", func(t *testing.T) {
+		a := newAlg(t, NewGradient, DefaultGradient())
+		runSteps(t, a, 8, []step{
+			{"unloaded: x1.1", win(m, m, 8), 8.8},
+			{"RTT within the buffer: 8.8 x 1.1/1.05", win(21*ms, m, 8), 8.8 * 1.1 / 1.05},
+			{"RTT +25%: drain to the served concurrency L/1.25", win(25*ms, m, 9), 8.8 * 1.1 / 1.05 / 1.25},
+			{"RTT 10x: drain clamped at 0.5", win(10*m, m, 7), 8.8 * 1.1 / 1.05 / 1.25 / 2},
+			{"app-limited: no increase", win(m, m, 1), 8.8 * 1.1 / 1.05 / 1.25 / 2},
+			{"a drop: x0.9", Window{Samples: 10, Dropped: 1, RTT: m, MinRTT: m, MaxInFlight: 4}, 8.8 * 1.1 / 1.05 / 1.25 / 2 * 0.9},
+			{"MinRTT unknown: hold", win(m, 0, 4), 8.8 * 1.1 / 1.05 / 1.25 / 2 * 0.9},
+		})
+	})
+	t.Run("sidecar app-limited may still decrease", func(t *testing.T) {
+		a := newAlg(t, NewGradient, DefaultGradient())
+		if got := a.Update(10, win(40*ms, m, 2)); got != 5 {
+			t.Errorf("Update = %v, want 5", got)
+		}
+	})
+}
+
+// longAfter applies the long average's update for n samples of rtt to long.
+func longAfter(long, rtt float64, n, window int) float64 {
+	return long + (rtt-long)*(1-math.Pow(1-2/float64(window+1), float64(n)))
+}
+
+func TestGradient2Field(t *testing.T) {
+	a := newAlg(t, NewGradient2, FieldGradient2())
+	g := a.(*gradient2)
+	const m = 0.020
+	// First window sets the long average; steady RTT: gradient 1 (clamped), +queueSize smoothed.
+	runSteps(t, a, 20, []step{
+		{"steady: L + 0.2*4", win(20*ms, 0, 20), 20.8},
+		{"steady: L + 0.8", win(20*ms, 0, 21), 21.6},
+		{"app-limited (10 < 21.6/2): hold", win(20*ms, 0, 10), 21.6},
+	})
+	if g.long != m {
+		t.Fatalf("long = %v, want %v", g.long, m)
+	}
+	// RTT doubles: the long average moves by 50 samples' weight; gradient = 1.5 x long/short.
+	long := longAfter(m, 0.040, 50, 600)
+	grad := 1.5 * long / 0.040
+	want := 21.6*0.8 + (21.6*grad+4)*0.2
+	runSteps(t, a, 21.6, []step{{"RTT doubles: decrease", win(40*ms, 0, 21), want}})
+	if math.Abs(g.long-long) > 1e-12 {
+		t.Fatalf("long = %v, want %v (advanced by the sample count)", g.long, long)
+	}
+	// The long average advances by the window's sample count: 600 samples move it much further
+	// than 50.
+	b := newAlg(t, NewGradient2, FieldGradient2()).(*gradient2)
+	b.Update(20, win(20*ms, 0, 20))
+	b.Update(20, Window{Samples: 600, RTT: 40 * ms, MaxInFlight: 20})
+	if want := longAfter(m, 0.040, 600, 600); math.Abs(b.long-want) > 1e-12 || b.long < 0.034 {
+		t.Fatalf("after 600 samples long = %v, want %v", b.long, want)
+	}
+	// Drops are ignored by the field's Gradient2.
+	if got := b.Update(20, Window{Samples: 1, Dropped: 9, RTT: 40 * ms, MaxInFlight: 20}); got < 20 {
+		t.Fatalf("field gradient2 decreased on drops: %v", got)
+	}
+}
+
+func TestGradient2DriftCorrection(t *testing.T) {
+	a := newAlg(t, NewGradient2, FieldGradient2()).(*gradient2)
+	a.Update(20, win(100*ms, 0, 20)) // long = 100 ms
+	// One sample of 40 ms: the long average barely moves (100 -> ~99.8 ms), long/short > 2, so
+	// it is multiplied by 0.95.
+	a.Update(20, Window{Samples: 1, RTT: 40 * ms, MaxInFlight: 20})
+	want := longAfter(0.100, 0.040, 1, 600) * 0.95
+	if math.Abs(a.long-want) > 1e-12 {
+		t.Fatalf("long = %v, want %v (drift-corrected)", a.long, want)
+	}
+	// At a ratio of 2 or less there is no correction.
+	b := newAlg(t, NewGradient2, FieldGradient2()).(*gradient2)
+	b.Update(20, win(80*ms, 0, 20))
+	b.Update(20, Window{Samples: 1, RTT: 40 * ms, MaxInFlight: 20})
+	if want := longAfter(0.080, 0.040, 1, 600); math.Abs(b.long-want) > 1e-12 {
+		t.Fatalf("long = %v, want %v (no correction below ratio 2)", b.long, want)
+	}
+}
+
+func TestGradient2Sidecar(t *testing.T) {
+	const m = 20 * ms
+	a := newAlg(t, NewGradient2, DefaultGradient2())
+	runSteps(t, a, 8, []step{
+		{"no MinRTT yet, steady: + 0.8", win(m, 0, 8), 8.8},
+		{"unloaded against MinRTT: + 0.8", win(m, m, 8), 9.6},
+		{"RTT +10% is within the tolerance: + 0.8", win(22*ms, m, 9), 10.4},
+		{"RTT +25%: drain to L/1.25 at once", win(25*ms, m, 10), 10.4 / 1.25},
+		{"RTT 4x: drain clamped at 0.5", win(80*ms, m, 8), 10.4 / 1.25 / 2},
+		{"a drop: x0.9", Window{Dropped: 1}, 10.4 / 1.25 / 2 * 0.9},
+		{"no samples: hold", Window{}, 10.4 / 1.25 / 2 * 0.9},
+	})
+	// The baseline is MinRTT, not the long average: after the backend became slower and the
+	// estimate followed, the old long average does not hold the limit down.
+	b := newAlg(t, NewGradient2, DefaultGradient2())
+	b.Update(8, win(m, m, 8))
+	if got := b.Update(8, win(40*ms, 40*ms, 8)); got != 8.8 {
+		t.Fatalf("Update = %v, want 8.8 (baseline MinRTT)", got)
+	}
+}
+
+// backlogWindow returns a window whose estimated backlog inside the backend is b of n in flight.
+func backlogWindow(n, b int) Window {
+	return win(rttForQueue(n, b, 20*ms), 20*ms, n)
+}
+
+func TestGreedShiftDynamics(t *testing.T) {
+	a := newAlg(t, NewGreed, FieldGreed())
+	g := a.(*greed)
+	seq := []struct {
+		what      string
+		w         Window
+		want      float64
+		wantShift int
+	}{
+		{"backlog 0 < shift 1: double, shift 2", backlogWindow(4, 0), 8, 2},
+		{"backlog 1 < shift 2: double, shift 3", backlogWindow(8, 1), 16, 3},
+		{"backlog 2 < shift 3: double, shift stays 3", backlogWindow(16, 2), 32, 3},
+		{"backlog 3 = shift 3: hold", backlogWindow(32, 3), 32, 3},
+		{"backlog 20 > shift 3: halve, shift 2", backlogWindow(32, 20), 16, 2},
+		{"backlog 5 > shift 2: halve, shift 1", backlogWindow(16, 5), 8, 1},
+		{"backlog 2 > shift 1: halve, shift stays 1", backlogWindow(8, 2), 4, 1},
+		{"backlog 2 > shift 1: not below the floor 3", backlogWindow(4, 2), 3, 1},
+		{"no samples: hold", Window{}, 3, 1},
+		{"MinRTT unknown: hold", win(40*ms, 0, 3), 3, 1},
+		{"a drop: decrease", Window{Dropped: 1}, 3, 1},
+	}
+	limit := 4.0
+	for i, s := range seq {
+		got := a.Update(limit, s.w)
+		if got != s.want || g.shift != s.wantShift {
+			t.Fatalf("step %d (%s): limit %v shift %d, want %v and %d", i, s.what, got, g.shift, s.want, s.wantShift)
+		}
+		limit = got
+	}
+}
+
+func TestGreedSidecar(t *testing.T) {
+	a := newAlg(t, NewGreed, DefaultGreed())
+	runSteps(t, a, 8, []step{
+		{"backlog 0: x1.25", backlogWindow(8, 0), 10},
+		{"backlog 1 = shift: decrease, not below the served 9", backlogWindow(10, 1), 9},
+		{"backlog 6: x0.75, served (3) is lower", backlogWindow(9, 6), 6.75},
+		{"app-limited: no increase", backlogWindow(2, 0), 6.75},
+		{"a drop: x0.75 whatever was served", Window{Samples: 5, Dropped: 1, RTT: 20 * ms, MinRTT: 20 * ms, MaxInFlight: 6}, 6.75 * 0.75},
+	})
+	runSteps(t, newAlg(t, NewGreed, DefaultGreed()), 1.2, []step{
+		{"a decrease stops at the floor 1", backlogWindow(2, 2), 1},
+		{"at the floor: stays", backlogWindow(2, 2), 1},
+	})
+	runSteps(t, newAlg(t, NewGreed, DefaultGreed()), 0.5, []step{
+		{"below the floor a decrease does not raise the limit", Window{Dropped: 1}, 0.5},
+	})
+	// The limiter's own queue (Window.Backlog) does not count: demand waiting at the door is not
+	// a slow backend.
+	b := newAlg(t, NewGreed, DefaultGreed())
+	w := backlogWindow(8, 0)
+	w.Backlog = 100
+	if got := b.Update(8, w); got != 10 {
+		t.Fatalf("with Window.Backlog 100: Update = %v, want 10", got)
+	}
+}
+
+func TestAlgorithmsIncreaseUnloadedAndDecreaseOnDrops(t *testing.T) {
+	for _, set := range []struct {
+		name string
+		p    Params
+	}{{"sidecar", DefaultParams()}, {"field", FieldParams()}} {
+		for _, name := range Names() {
+			a := mustNew(t, name, set.p)
+			if a.Name() != name {
+				t.Errorf("New(%q).Name() = %q", name, a.Name())
+			}
+			// Two unloaded windows (gradient2 needs one to set its long average).
+			l := a.Update(8, win(20*ms, 20*ms, 8))
+			l = a.Update(l, win(20*ms, 20*ms, int(l)))
+			if l <= 8 {
+				t.Errorf("%s %s: unloaded windows did not raise the limit: %v", set.name, name, l)
+			}
+			if set.name == "field" && (name == NameGradient || name == NameGradient2) {
+				continue // Envoy and Netflix's Gradient2 ignore drops.
+			}
+			fresh := mustNew(t, name, set.p)
+			if got := fresh.Update(20, Window{Dropped: 1, MaxInFlight: 20}); got >= 20 {
+				t.Errorf("%s %s: a drop did not lower the limit: %v", set.name, name, got)
+			}
+		}
+	}
+}
+
+func TestAlgorithmsDecreaseWhenRTTRises(t *testing.T) {
+	for _, name := range Names() {
+		a := mustNew(t, name, DefaultParams())
+		l := a.Update(16, win(20*ms, 20*ms, 16))
+		if got := a.Update(l, win(60*ms, 20*ms, int(l))); got >= l {
+			t.Errorf("%s: RTT x3 did not lower the limit %v: %v", name, l, got)
+		}
+	}
+}

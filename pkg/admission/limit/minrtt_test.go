@@ -1,0 +1,110 @@
+package limit
+
+import (
+	"testing"
+	"time"
+)
+
+func TestMinRTTWindowedMinimum(t *testing.T) {
+	m := NewMinRTT(3)
+	if m.Value() != 0 {
+		t.Fatalf("fresh estimator: %v, want 0 (unknown)", m.Value())
+	}
+	steps := []struct {
+		low, want time.Duration
+	}{
+		{30 * ms, 30 * ms},
+		{20 * ms, 20 * ms},
+		{25 * ms, 20 * ms},
+		{40 * ms, 20 * ms}, // ring now 25, 40 and the 20 from two windows ago
+		{40 * ms, 25 * ms}, // 20 aged out after 3 windows
+		{45 * ms, 40 * ms}, // 25 aged out: the estimate follows a slower backend
+		{50 * ms, 40 * ms},
+		{60 * ms, 45 * ms},
+		{10 * ms, 10 * ms}, // a faster window takes over at once
+	}
+	for i, s := range steps {
+		if got := m.Observe(s.low); got != s.want {
+			t.Fatalf("step %d: Observe(%v) = %v, want %v", i, s.low, got, s.want)
+		}
+		if m.Value() != s.want {
+			t.Fatalf("step %d: Value = %v, want %v", i, m.Value(), s.want)
+		}
+	}
+}
+
+func TestMinRTTIgnoresTinyAndEmptyWindows(t *testing.T) {
+	m := NewMinRTT(2)
+	if got := m.Observe(99 * time.Microsecond); got != 0 {
+		t.Fatalf("99µs counted: %v", got)
+	}
+	if got := m.Observe(100 * time.Microsecond); got != 100*time.Microsecond {
+		t.Fatalf("100µs ignored: %v", got)
+	}
+	m.Reset()
+	m.Observe(20 * ms)
+	// Windows below the threshold, empty (0) or negative still age the ring.
+	if got := m.Observe(50 * time.Microsecond); got != 20*ms {
+		t.Fatalf("after a tiny window: %v, want 20ms", got)
+	}
+	if got := m.Observe(0); got != 0 {
+		t.Fatalf("after two windows without a value the estimate is %v, want 0 (unknown)", got)
+	}
+	if got := m.Observe(-time.Second); got != 0 {
+		t.Fatalf("negative low counted: %v", got)
+	}
+	if got := m.Observe(30 * ms); got != 30*ms {
+		t.Fatalf("relearning: %v, want 30ms", got)
+	}
+}
+
+func TestMinRTTEdges(t *testing.T) {
+	var nilM *MinRTT
+	if nilM.Value() != 0 || nilM.Observe(time.Second) != 0 {
+		t.Fatal("nil estimator must report 0")
+	}
+	nilM.Reset()
+	var zero MinRTT
+	if zero.Observe(time.Second) != 0 || zero.Value() != 0 {
+		t.Fatal("zero estimator must report 0")
+	}
+	one := NewMinRTT(0) // clamped to one window
+	one.Observe(20 * ms)
+	if got := one.Observe(30 * ms); got != 30*ms {
+		t.Fatalf("one-window estimator: %v, want 30ms", got)
+	}
+	// Equal minima: evicting one copy keeps the other.
+	m := NewMinRTT(2)
+	m.Observe(20 * ms)
+	m.Observe(20 * ms)
+	if got := m.Observe(30 * ms); got != 20*ms {
+		t.Fatalf("equal minima: %v, want 20ms", got)
+	}
+}
+
+// TestMinRTTMatchesBruteForce compares the incremental minimum with a direct scan over a long
+// pseudo-random sequence.
+func TestMinRTTMatchesBruteForce(t *testing.T) {
+	const span = 5
+	m := NewMinRTT(span)
+	var hist []time.Duration
+	x := uint32(12345)
+	for i := range 2000 {
+		x = x*1664525 + 1013904223
+		low := time.Duration(x>>20) * time.Microsecond // 0 .. 4 ms, some below 100 µs
+		got := m.Observe(low)
+		if low < MinMeaningfulRTT {
+			low = 0
+		}
+		hist = append(hist, low)
+		var want time.Duration
+		for _, v := range hist[max(0, len(hist)-span):] {
+			if v != 0 && (want == 0 || v < want) {
+				want = v
+			}
+		}
+		if got != want {
+			t.Fatalf("step %d: %v, want %v", i, got, want)
+		}
+	}
+}
