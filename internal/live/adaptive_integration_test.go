@@ -28,9 +28,8 @@ func TestAdaptiveFindsCapacity(t *testing.T) {
 			for _, m := range []float64{2, 5, 10} {
 				t.Run(fmt.Sprintf("%gx", m), func(t *testing.T) {
 					e := start(t, c, "strategy: adaptive")
-					// Warm up: a fresh pod ramps its limit with slow start; then measure.
-					runLoad(t, e, m*c.RPS(), 2*time.Second)
-					res := runLoad(t, e, m*c.RPS(), 5*time.Second)
+					// A fresh pod ramps its limit with slow start: measure after a warm-up.
+					res := runWarm(t, e, m*c.RPS(), 2*time.Second, 5*time.Second)
 					valid(t, res)
 					g := res.GoodputRPS / c.RPS()
 					t.Logf("RESULT adaptive W=%d %gx: goodput/C %.3f, p99 %s (unloaded %s), shed %.1f%%, late starts %d",
@@ -107,7 +106,9 @@ func TestCoDelBurstAndSustained(t *testing.T) {
 	if res.Shed != 0 || res.Codes[200] != res.Offered {
 		t.Errorf("burst: codes %v, want every request served", res.Codes)
 	}
-	sustained := runLoad(t, e, 3*c.RPS(), 5*time.Second)
+	// Sustained: CoDel needs up to two intervals to see a standing queue; measure after a
+	// warm-up past that transient.
+	sustained := runWarm(t, e, 3*c.RPS(), time.Second, 5*time.Second)
 	valid(t, sustained)
 	t.Logf("RESULT codel sustained 3x: goodput/C %.3f, p99 %s (unloaded %s), shed %.1f%%",
 		sustained.GoodputRPS/c.RPS(), sustained.AdmittedLatency.P99, base, 100*sustained.ShedShare)
@@ -128,16 +129,15 @@ func TestCriticalTrafficIsServedFirst(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := func(rate float64, d time.Duration) *loadgen.Result {
-		res, err := e.Run(context.Background(), Load{Rate: rate, Duration: d, Prepare: mix})
+	run := func(rate float64, warm, d time.Duration) *loadgen.Result {
+		res, err := e.Run(context.Background(), Load{Rate: rate, Duration: d, Warmup: warm, Prepare: mix})
 		if err != nil {
 			t.Fatal(err)
 		}
 		valid(t, res)
 		return res
 	}
-	run(3*c.RPS(), 2*time.Second) // warm
-	over := run(3*c.RPS(), 5*time.Second)
+	over := run(3*c.RPS(), 2*time.Second, 5*time.Second)
 	crit, shed := over.Tags["critical"], over.Tags["sheddable"]
 	if crit == nil || shed == nil {
 		t.Fatalf("tags %v", over.Tags)
@@ -148,7 +148,7 @@ func TestCriticalTrafficIsServedFirst(t *testing.T) {
 	if critOK < 0.99 {
 		t.Errorf("critical success %.4f at 3x, want at least 0.99", critOK)
 	}
-	low := run(0.5*c.RPS(), 3*time.Second)
+	low := run(0.5*c.RPS(), 0, 3*time.Second)
 	s := low.Tags["sheddable"]
 	t.Logf("RESULT priorities at 0.5x: sheddable success %.3f", float64(s.Success)/float64(s.Offered))
 	if float64(s.Success) < 0.98*float64(s.Offered) {

@@ -239,6 +239,8 @@ type Load struct {
 	SLO      time.Duration // goodput threshold (default 100 ms)
 	Prepare  func(i int) loadgen.Request
 	Schedule *loadgen.Schedule // overrides Rate and Duration
+	// Warmup is sent first, as part of the same continuous load, and left out of the figures.
+	Warmup time.Duration
 }
 
 // Run offers the load to the proxy and returns the generator's result.
@@ -258,11 +260,11 @@ func (e *Env) run(ctx context.Context, target string, l Load) (*loadgen.Result, 
 	if l.SLO == 0 {
 		l.SLO = 100 * time.Millisecond
 	}
-	sched := loadgen.ConstantRate(l.Rate, l.Duration)
+	sched := loadgen.ConstantRate(l.Rate, l.Warmup+l.Duration)
 	if l.Schedule != nil {
 		sched = *l.Schedule
 	}
 	return loadgen.Run(ctx, loadgen.Config{
-		Target: target + "/", Schedule: sched, Timeout: l.Timeout, SLO: l.SLO, Prepare: l.Prepare,
+		Target: target + "/", Schedule: sched, Timeout: l.Timeout, SLO: l.SLO, Prepare: l.Prepare, Warmup: l.Warmup,
 	})
 }

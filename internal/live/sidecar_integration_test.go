@@ -27,7 +27,13 @@ func start(t *testing.T, c Capacity, admission string) *Env {
 
 func runLoad(t *testing.T, e *Env, rate float64, d time.Duration) *loadgen.Result {
 	t.Helper()
-	res, err := e.Run(context.Background(), Load{Rate: rate, Duration: d})
+	return runWarm(t, e, rate, 0, d)
+}
+
+// runWarm offers rate for warmup+d in one continuous run and reports the last d only.
+func runWarm(t *testing.T, e *Env, rate float64, warmup, d time.Duration) *loadgen.Result {
+	t.Helper()
+	res, err := e.Run(context.Background(), Load{Rate: rate, Duration: d, Warmup: warmup})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,11 +52,12 @@ func valid(t *testing.T, res *loadgen.Result) {
 	}
 }
 
-// unloadedP99 measures the admitted p99 at a quarter of capacity, in the same environment.
+// unloadedP99 measures the admitted p99 at a quarter of capacity, in the same environment. A
+// late start here only raises the baseline (latency counts from the scheduled time), so the run
+// need not be valid; it must be answered in full.
 func unloadedP99(t *testing.T, e *Env, c Capacity) time.Duration {
 	t.Helper()
-	res := runLoad(t, e, 0.25*c.RPS(), 2*time.Second)
-	valid(t, res)
+	res := runLoad(t, e, 0.25*c.RPS(), 3*time.Second)
 	if res.Admitted != res.Offered {
 		t.Fatalf("unloaded run refused or lost requests: %+v", res.Codes)
 	}

@@ -58,6 +58,10 @@ type Config struct {
 	// LateTolerance is how long after its scheduled time a request may start before it counts as
 	// a late start. Zero means DefaultLateTolerance.
 	LateTolerance time.Duration
+	// Warmup leaves the requests scheduled in the first Warmup of the schedule out of the
+	// result: they are sent like the others (the system under test sees one continuous load) but
+	// the figures describe only what follows, the steady state. Zero measures everything.
+	Warmup time.Duration
 	// LateStartBudget is the share of offered requests (0 < budget <= 1) that may start late
 	// before the run is marked invalid. Zero means DefaultLateStartBudget.
 	LateStartBudget float64
@@ -120,6 +124,9 @@ func (c Config) Validate() error {
 	}
 	if c.LateTolerance < 0 {
 		errs = append(errs, fmt.Errorf("LateTolerance: must be >= 0, got %s", c.LateTolerance))
+	}
+	if c.Warmup < 0 || (c.Warmup > 0 && c.Warmup >= c.Schedule.Duration()) {
+		errs = append(errs, fmt.Errorf("Warmup: must be at least 0 and shorter than the schedule (%s), got %s", c.Schedule.Duration(), c.Warmup))
 	}
 	if math.IsNaN(c.LateStartBudget) || c.LateStartBudget < 0 || c.LateStartBudget > 1 {
 		errs = append(errs, fmt.Errorf("LateStartBudget: must be in [0, 1], got %v", c.LateStartBudget))

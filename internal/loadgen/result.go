@@ -179,7 +179,7 @@ type sample struct {
 // summarize builds a Result from the samples of the offered requests; offsets[i] is the
 // scheduled offset of samples[i]. c has its defaults applied.
 func summarize(c Config, offsets []time.Duration, samples []sample) *Result {
-	dur := c.Schedule.Duration()
+	dur := c.Schedule.Duration() - c.Warmup
 	r := &Result{
 		Target:          c.Target,
 		Schedule:        c.Schedule,

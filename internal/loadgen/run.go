@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -72,7 +73,16 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	g.wg.Wait()
 	elapsed := time.Since(start)
 
-	r := summarize(c, offsets[:reached], g.samples[:reached])
+	measured, samples := offsets[:reached], g.samples[:reached]
+	if c.Warmup > 0 {
+		k := sort.Search(len(measured), func(i int) bool { return measured[i] >= c.Warmup })
+		shifted := make([]time.Duration, len(measured)-k)
+		for i, o := range measured[k:] {
+			shifted[i] = o - c.Warmup
+		}
+		measured, samples = shifted, samples[k:]
+	}
+	r := summarize(c, measured, samples)
 	r.Elapsed = elapsed
 	r.PeakInFlight = peak
 	r.ErrorSamples = g.errSamples

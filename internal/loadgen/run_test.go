@@ -417,3 +417,29 @@ func TestRunBuildsURLsAndHost(t *testing.T) {
 		}
 	}
 }
+
+func TestWarmupIsSentButNotCounted(t *testing.T) {
+	var seen atomic.Int64
+	srv := statusServer(t, &seen)
+	// 20 requests over 1 s; the first 400 ms (8 requests, to /fail) are warm-up.
+	prepare := func(i int) Request {
+		if i < 8 {
+			return Request{Path: "/fail"}
+		}
+		return Request{Path: "/ok", Header: http.Header{"X-Test": {"yes"}}}
+	}
+	res, err := Run(context.Background(), Config{Target: srv.URL, Schedule: ConstantRate(20, time.Second), Prepare: prepare,
+		Warmup: 400 * time.Millisecond, LateTolerance: generous})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seen.Load() != 20 {
+		t.Fatalf("server saw %d requests, want all 20 (warm-up requests are sent)", seen.Load())
+	}
+	if res.Offered != 12 || res.Codes[500] != 0 || res.Codes[200] != 12 || res.Duration != 600*time.Millisecond {
+		t.Fatalf("offered %d codes %v duration %s: want the 12 measured requests over 600 ms", res.Offered, res.Codes, res.Duration)
+	}
+	if _, err := Run(context.Background(), Config{Target: srv.URL, Schedule: ConstantRate(20, time.Second), Warmup: time.Second}); err == nil {
+		t.Fatal("a warm-up as long as the schedule must be refused")
+	}
+}

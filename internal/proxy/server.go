@@ -76,6 +76,9 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	return s, nil
 }
 
+// StageStates reports every strategy stage's current state (what the gauges show).
+func (s *Server) StageStates() []metrics.StageState { return s.stageStates() }
+
 func (s *Server) stageStates() []metrics.StageState {
 	var out []metrics.StageState
 	for _, p := range s.h.state.Load().policies() {

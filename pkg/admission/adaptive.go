@@ -16,9 +16,10 @@ type AdaptiveConfig struct {
 	Algorithm limit.Algorithm
 	// InitialLimit is the limit before any sample (warm start); MinLimit and MaxLimit clamp it.
 	InitialLimit, MinLimit, MaxLimit float64
-	// SlowStart: for this long after the first request, a saturated limit that sees no sign of
-	// overload at least doubles each window (like TCP slow start), so a fresh pod finds its
-	// capacity in a few windows instead of shedding while it creeps up. Zero disables it.
+	// SlowStart: for this long after the first request, and until the first sign of overload,
+	// the limit grows on demand up to twice its value at the start of each window (like TCP slow
+	// start), so a fresh pod finds its capacity in a few windows instead of shedding while it
+	// creeps up; a saturated window at least doubles it. Zero disables it.
 	SlowStart time.Duration
 	// Window is the shortest update interval; a window also needs MinSamples outcomes, and
 	// closes after MaxWindow whatever it holds (defaults 100 ms, 10, 1 s).
@@ -112,6 +113,7 @@ type controller struct {
 	slowStart            time.Duration
 	slowUntil            time.Time
 	slowDone             bool
+	slowCap              float64 // during slow start: how far the limit may grow in this window
 	start                time.Time // of the current window, zero before the first sample
 	rtts                 []time.Duration
 	dropped, maxInFlight int
@@ -130,6 +132,25 @@ func newController(c AdaptiveConfig) *controller {
 // inflight records the in-flight count after an admission.
 func (c *controller) inflight(n int64) {
 	c.maxInFlight = max(c.maxInFlight, int(n))
+}
+
+// grow is asked, during slow start, for a limit of at least want; it returns the limit to use.
+func (c *controller) grow(now time.Time, cur, want float64) float64 {
+	if c.slowDone || c.slowStart == 0 {
+		return cur
+	}
+	if c.start.IsZero() {
+		// Nothing released yet: the first window opens now.
+		c.start = now
+		c.slowUntil = now.Add(c.slowStart)
+	}
+	if c.slowCap == 0 {
+		c.slowCap = 2 * cur
+	}
+	if now.After(c.slowUntil) {
+		return cur
+	}
+	return min(max(cur, want), c.slowCap, c.max)
 }
 
 // minSampleRTT: latencies below this are not samples of a real upstream round trip (Netflix
@@ -161,9 +182,11 @@ func (c *controller) sample(now time.Time, rtt time.Duration, o Outcome, cur flo
 		if len(c.rtts) > 0 {
 			slices.Sort(c.rtts)
 			w.RTT = c.rtts[len(c.rtts)/2]
-			// The window's 10th percentile, not its minimum: one lucky sample must not drag the
-			// no-load estimate down, and scheduler noise inflates most samples a little.
-			w.MinRTT = c.minRTT.Observe(c.rtts[len(c.rtts)/10])
+			// The no-load estimate is the lowest window median seen lately, not the lowest
+			// sample: algorithms compare it with a window median, and a backend whose service
+			// time varies (a slow tail, a normal spread) has a low percentile well below its
+			// median even when nothing queues, which would read as permanent congestion.
+			w.MinRTT = c.minRTT.Observe(w.RTT)
 			c.lastRTT = w.RTT
 		} else {
 			w.MinRTT = c.minRTT.Value()
@@ -174,7 +197,9 @@ func (c *controller) sample(now time.Time, rtt time.Duration, o Outcome, cur flo
 			case now.After(c.slowUntil) || next < cur || w.Dropped > 0:
 				c.slowDone = true
 			case w.MaxInFlight >= int(cur):
-				next = max(next, 2*cur)
+				// Saturated and unharmed: twice the window's starting limit (growth on demand
+				// may have taken it part of the way already).
+				next = max(next, c.slowCap, cur)
 			}
 		}
 		if math.IsNaN(next) || math.IsInf(next, 0) {
@@ -186,5 +211,6 @@ func (c *controller) sample(now time.Time, rtt time.Duration, o Outcome, cur flo
 	c.rtts = c.rtts[:0]
 	c.dropped = 0
 	c.maxInFlight = 0
+	c.slowCap = 2 * next
 	return next
 }

@@ -16,8 +16,9 @@ type CoDelConfig struct {
 	Adaptive    *AdaptiveConfig
 	// Target (default 5 ms) and Interval (default 100 ms) are CoDel's two knobs.
 	Target, Interval time.Duration
-	// Depth bounds the queue (cost units); MaxWait bounds a wait when not overloaded
-	// (default: the interval).
+	// Depth bounds the queue (cost units); MaxWait bounds a wait when not overloaded (default:
+	// two intervals, so the backlog of a burst can take the interval after the one it formed in
+	// to drain).
 	Depth      int64
 	MaxWait    time.Duration
 	Priorities PriorityConfig
@@ -31,7 +32,7 @@ func (c *CoDelConfig) defaults() {
 		c.Interval = 100 * time.Millisecond
 	}
 	if c.MaxWait == 0 {
-		c.MaxWait = c.Interval
+		c.MaxWait = 2 * c.Interval
 	}
 }
 

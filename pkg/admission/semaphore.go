@@ -147,6 +147,10 @@ func (s *semaphore) Offer(now time.Time, t *Ticket, ev *Events) Verdict {
 		return Refused
 	}
 	t.cost = min(t.Req.cost(), s.permits())
+	if s.adapt != nil && s.inUse+t.cost > s.permits() && s.q.len() == 0 {
+		// Slow start: grow on demand rather than shed while the limit is still being found.
+		s.limit = s.adapt.grow(now, s.limit, float64(s.inUse+t.cost))
+	}
 	free := s.fits(t) && s.aheadOf(t)
 	if d := t.Req.Deadline; !d.IsZero() && s.meanHold > 0 {
 		// Refuse at once a request that cannot finish in time: its expected wait plus service.
