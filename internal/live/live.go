@@ -29,11 +29,11 @@ type Env struct {
 	Backend      *backend.Server
 	Proxy        *proxy.Server // nil when the proxy runs as a separate process
 	ProxyProcess *exec.Cmd     // set when Setup.ProxyBinary was given
-	ProxyURL     string // the data port, e.g. "http://127.0.0.1:41234"
-	ProxyAdmin   string // the admin port's base URL
-	ConfigPath   string // the proxy's configuration file, when Setup.Reloadable
-	BackendURL   string // the backend's data port (no admission)
-	BackendAdmin string // the backend's admin port (a test tool)
+	ProxyURL     string        // the data port, e.g. "http://127.0.0.1:41234"
+	ProxyAdmin   string        // the admin port's base URL
+	ConfigPath   string        // the proxy's configuration file, when Setup.Reloadable
+	BackendURL   string        // the backend's data port (no admission)
+	BackendAdmin string        // the backend's admin port (a test tool)
 	cancel       context.CancelFunc
 	done         chan error
 	dir          string
@@ -88,7 +88,9 @@ func Start(s Setup) (*Env, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	e := &Env{Backend: be, cancel: cancel, done: make(chan error, 2),
 		BackendURL: "http://" + data.Addr().String(), BackendAdmin: "http://" + admin.Addr().String()}
-	go func() { e.done <- be.Serve(ctx, backend.ServeConfig{Data: data, Admin: admin, ShutdownTimeout: 5 * time.Second}) }()
+	go func() {
+		e.done <- be.Serve(ctx, backend.ServeConfig{Data: data, Admin: admin, ShutdownTimeout: 5 * time.Second})
+	}()
 
 	shutdown := s.Shutdown
 	if shutdown == "" {

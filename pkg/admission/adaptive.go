@@ -113,7 +113,7 @@ type controller struct {
 	slowStart            time.Duration
 	slowUntil            time.Time
 	slowDone             bool
-	slowCap              float64 // during slow start: how far the limit may grow in this window
+	slowCap              float64   // during slow start: how far the limit may grow in this window
 	start                time.Time // of the current window, zero before the first sample
 	rtts                 []time.Duration
 	dropped, maxInFlight int

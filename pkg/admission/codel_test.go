@@ -10,10 +10,13 @@ import (
 // sim drives a core like the lab does, on one goroutine with virtual time: requests arrive on a
 // schedule, each admitted one holds its permit for service, and everything is counted.
 type sim struct {
-	core     admission.Core
-	ev       admission.Events
-	service  time.Duration
-	done     []struct{ at time.Time; t *admission.Ticket } // admitted, by completion time
+	core    admission.Core
+	ev      admission.Events
+	service time.Duration
+	done    []struct {
+		at time.Time
+		t  *admission.Ticket
+	} // admitted, by completion time
 	refused  map[admission.Reason]int
 	admitted int
 	maxWait  time.Duration
