@@ -118,7 +118,9 @@ func report(dir, title string, results []lab.Named, extended, noCharts bool, std
 	if err := os.WriteFile(files[1], snap.Bytes(), 0o644); err != nil {
 		return err
 	}
-	if !noCharts {
+	if !noCharts && !lab.ChartsAvailable {
+		fmt.Fprintln(stderr, "lab: this build draws no charts (built with -tags nocharts); the CSV files hold the figures")
+	} else if !noCharts {
 		charts, err := lab.WriteCharts(dir, title, results)
 		if err != nil {
 			return err
@@ -392,7 +394,9 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := os.WriteFile(files[0], buf.Bytes(), 0o644); err != nil {
 		return err
 	}
-	if !*c.noCharts {
+	if !*c.noCharts && !lab.ChartsAvailable {
+		fmt.Fprintln(stderr, "lab: this build draws no charts (built with -tags nocharts); the CSV files hold the figures")
+	} else if !*c.noCharts {
 		charts, err := lab.WriteSweepCharts(*c.out, points)
 		if err != nil {
 			return err

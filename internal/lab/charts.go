@@ -1,3 +1,5 @@
+//go:build !nocharts
+
 package lab
 
 import (
@@ -18,14 +20,8 @@ const (
 	chartHeight = 4.5 * vg.Inch
 )
 
-// Chart file names written by WriteCharts and WriteSweepCharts.
-const (
-	ChartLatency    = "latency.png"
-	ChartAcceptance = "acceptance.png"
-	ChartTimeline   = "timeline.png"
-	ChartGoodput    = "sweep-goodput.png"
-	ChartSweepP99   = "sweep-p99.png"
-)
+// ChartsAvailable reports whether this build draws charts (see charts_none.go).
+const ChartsAvailable = true
 
 // WriteCharts draws the charts of a set of results into dir: latency percentiles per strategy,
 // acceptance (and goodput) per strategy, and the p99 of each elapsed second. It returns the

@@ -1,0 +1,80 @@
+package deploy_test
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestBadValuesFailClearly: a mistake in the values fails helm template (and so
+// helm install) with a message naming the value, before anything reaches a cluster.
+func TestBadValuesFailClearly(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		want []string // every one must appear in helm's error
+	}{
+		{"unknown strategy", []string{"--set", "admission.strategy=magic"},
+			[]string{"/admission/strategy", "inflight", "token-bucket"}},
+		{"negative limit", []string{"--set", "admission.inflight.limit=-1"},
+			[]string{"/admission/inflight/limit", "minimum"}},
+		{"zero rate", []string{"--set", "admission.tokenBucket.rate=0"},
+			[]string{"/admission/tokenBucket/rate"}},
+		{"negative queue depth", []string{"--set", "admission.boundedQueue.depth=-3"},
+			[]string{"/admission/boundedQueue/depth"}},
+		{"typo in a key", []string{"--set", "admission.inflght.limit=3"},
+			[]string{"/admission", "inflght", "not allowed"}},
+		{"typo at the top level", []string{"--set", "replicas=3"},
+			[]string{"replicas", "not allowed"}},
+		{"not a duration", []string{"--set-string", "admission.boundedQueue.maxWait=eighty"},
+			[]string{"/admission/boundedQueue/maxWait"}},
+		{"unknown algorithm", []string{"--set", "admission.adaptive.algorithm=pid"},
+			[]string{"/admission/adaptive/algorithm", "gradient2"}},
+		{"chain stage with two blocks", []string{"--set-json", `admission.chain=[{"tokenBucket":{"rate":1,"burst":1},"inflight":{"limit":2}}]`},
+			[]string{"/admission/chain/0", "maxProperties"}},
+		{"empty chain", []string{"--set", "admission.strategy=chain", "--set-json", "admission.chain=[]"},
+			[]string{"/admission/chain", "minItems"}},
+		{"unknown reload mode", []string{"--set", "config.reloadMode=hot"},
+			[]string{"/config/reloadMode", "rollout", "inPlace"}},
+		{"status code not an error", []string{"--set", "proxy.statusCodes.queueFull=200"},
+			[]string{"/proxy/statusCodes/queueFull"}},
+		{"alert window not a duration", []string{"--set-string", "prometheusRule.rules.highShedRatio.for=ten minutes"},
+			[]string{"/prometheusRule/rules/highShedRatio/for"}},
+		{"grace period too short", []string{"--set", "terminationGracePeriodSeconds=10"},
+			[]string{"terminationGracePeriodSeconds", "drainDelay", "35"}},
+		{"app port clashes with the sidecar", []string{"--set", "app.port=8000"},
+			[]string{"app.port", "proxy.port"}},
+		{"autoscaling bounds reversed", []string{"--set", "autoscaling.enabled=true,autoscaling.minReplicas=5,autoscaling.maxReplicas=2"},
+			[]string{"autoscaling.minReplicas"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			out, err := helmRun(t, append([]string{"template", "demo", chartDir}, c.args...)...)
+			if err == nil {
+				t.Fatalf("helm template accepted %v; it must fail\n%s", c.args, out)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error does not mention %q:\n%v", w, err)
+				}
+			}
+		})
+	}
+}
+
+// TestGoodValuesStillPass guards the bad-values test: the same keys with good
+// values render.
+func TestGoodValuesStillPass(t *testing.T) {
+	for _, args := range [][]string{
+		// helm --set passes 0.5 as a string; fractions go through --set-json or a values file.
+		{"--set", "admission.strategy=token-bucket", "--set-json", "admission.tokenBucket.rate=0.5"},
+		{"--set", "admission.inflight.limit=1"},
+		{"--set-string", "admission.boundedQueue.maxWait=1m30.5s"},
+		{"--set", "admission.adaptive.algorithm=vegas"},
+		{"--set", "terminationGracePeriodSeconds=35"},
+		{"--set-string", "prometheusRule.rules.highShedRatio.for=1h30m"},
+	} {
+		if _, err := helmRun(t, append([]string{"template", "demo", chartDir}, args...)...); err != nil {
+			t.Errorf("valid values %v rejected: %v", args, err)
+		}
+	}
+}

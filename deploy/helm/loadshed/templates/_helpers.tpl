@@ -1,0 +1,197 @@
+{{/*
+Chart name, truncated to the 63 characters Kubernetes allows in names and labels.
+*/}}
+{{- define "loadshed.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Full name of every resource: the release name, plus the chart name unless the
+release name already contains it.
+*/}}
+{{- define "loadshed.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Chart name and version, for the helm.sh/chart label.
+*/}}
+{{- define "loadshed.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Labels on every resource.
+*/}}
+{{- define "loadshed.labels" -}}
+helm.sh/chart: {{ include "loadshed.chart" . }}
+{{ include "loadshed.selectorLabels" . }}
+app.kubernetes.io/version: {{ include "loadshed.imageTag" . | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/*
+Labels that select the pods.
+*/}}
+{{- define "loadshed.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "loadshed.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: server
+{{- end }}
+
+{{/*
+Labels of the helm test pod: the release's, but never the pods' selector labels,
+so neither the Service nor the PodDisruptionBudget selects the test pod.
+*/}}
+{{- define "loadshed.testLabels" -}}
+helm.sh/chart: {{ include "loadshed.chart" . }}
+app.kubernetes.io/name: {{ include "loadshed.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: test
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/*
+Name of the ServiceAccount the pods use.
+*/}}
+{{- define "loadshed.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "loadshed.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+Tag of the loadshed image.
+*/}}
+{{- define "loadshed.imageTag" -}}
+{{- default .Chart.AppVersion .Values.image.tag }}
+{{- end }}
+
+{{/*
+The loadshed image reference.
+*/}}
+{{- define "loadshed.image" -}}
+{{- printf "%s:%s" .Values.image.repository (include "loadshed.imageTag" .) }}
+{{- end }}
+
+{{/*
+The application image reference: app.image, or the loadshed image.
+*/}}
+{{- define "loadshed.appImage" -}}
+{{- $repo := default .Values.image.repository .Values.app.image.repository }}
+{{- $tag := default (include "loadshed.imageTag" .) .Values.app.image.tag }}
+{{- printf "%s:%s" $repo $tag }}
+{{- end }}
+
+{{/*
+Seconds in a Go duration string ("1m30s", "500ms", "0"), as a float. Helm has no
+duration parser; values.schema.json already restricts the format.
+*/}}
+{{- define "loadshed.durationSeconds" -}}
+{{- $d := toString . }}
+{{- if not (regexMatch "^(0|([0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$" $d) }}
+{{- fail (printf "%q is not a Go duration such as \"500ms\" or \"1m30s\"" $d) }}
+{{- end }}
+{{- $total := 0.0 }}
+{{- range regexFindAll "[0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h)" $d -1 }}
+{{- $num := regexFind "^[0-9]+(\\.[0-9]+)?" . | float64 }}
+{{- $unit := trimPrefix (regexFind "^[0-9]+(\\.[0-9]+)?" .) . }}
+{{- $scale := get (dict "ns" 1e-9 "us" 1e-6 "µs" 1e-6 "ms" 0.001 "s" 1.0 "m" 60.0 "h" 3600.0) $unit }}
+{{- $total = addf $total (mulf $num $scale) }}
+{{- end }}
+{{- $total }}
+{{- end }}
+
+{{/*
+Seconds the sidecar may need to stop after SIGTERM: drainDelay + gracePeriod,
+rounded up.
+*/}}
+{{- define "loadshed.drainSeconds" -}}
+{{- $drain := include "loadshed.durationSeconds" .Values.proxy.shutdown.drainDelay | float64 }}
+{{- $grace := include "loadshed.durationSeconds" .Values.proxy.shutdown.gracePeriod | float64 }}
+{{- addf $drain $grace | ceil | int }}
+{{- end }}
+
+{{/*
+terminationGracePeriodSeconds: computed from the sidecar's drain and grace
+periods plus a margin, or the configured value when it is at least that.
+*/}}
+{{- define "loadshed.terminationGracePeriodSeconds" -}}
+{{- $need := add (include "loadshed.drainSeconds" . | int) (.Values.terminationGraceMarginSeconds | int) }}
+{{- if kindIs "invalid" .Values.terminationGracePeriodSeconds }}
+{{- $need }}
+{{- else if lt (int .Values.terminationGracePeriodSeconds) (int $need) }}
+{{- fail (printf "terminationGracePeriodSeconds: %v is shorter than proxy.shutdown.drainDelay + proxy.shutdown.gracePeriod + terminationGraceMarginSeconds = %d seconds; pods would be killed before the sidecar drains" .Values.terminationGracePeriodSeconds $need) }}
+{{- else }}
+{{- int .Values.terminationGracePeriodSeconds }}
+{{- end }}
+{{- end }}
+
+{{/*
+Seconds the application keeps running after the pod is told to stop.
+*/}}
+{{- define "loadshed.appShutdownDelaySeconds" -}}
+{{- if kindIs "invalid" .Values.app.shutdownDelaySeconds }}
+{{- include "loadshed.drainSeconds" . }}
+{{- else }}
+{{- int .Values.app.shutdownDelaySeconds }}
+{{- end }}
+{{- end }}
+
+{{/*
+The config block key of each admission strategy.
+*/}}
+{{- define "loadshed.strategyBlock" -}}
+{{- get (dict "token-bucket" "tokenBucket" "leaky-bucket" "leakyBucket" "bounded-queue" "boundedQueue" "inflight" "inflight" "adaptive" "adaptive" "codel" "codel" "chain" "chain" "none" "") . }}
+{{- end }}
+
+{{/*
+The sidecar's config file (the proxy's YAML schema). Only the selected
+strategy's block is written.
+*/}}
+{{- define "loadshed.proxyConfig" -}}
+{{- $p := .Values.proxy }}
+{{- $a := .Values.admission }}
+{{- $strategies := list "none" "token-bucket" "leaky-bucket" "bounded-queue" "inflight" "adaptive" "codel" "chain" }}
+{{- if not (has $a.strategy $strategies) }}
+{{- fail (printf "admission.strategy: unknown strategy %q (want one of %s)" $a.strategy (join ", " $strategies)) }}
+{{- end }}
+{{- $admission := dict "strategy" $a.strategy "dryRun" $a.dryRun }}
+{{- $block := include "loadshed.strategyBlock" $a.strategy }}
+{{- if $block }}
+{{- $_ := set $admission $block (deepCopy (get $a $block)) }}
+{{- end }}
+{{- if and (eq $a.strategy "codel") (eq (int $a.codel.concurrency) 0) }}
+{{- /* codel with concurrency 0 puts the adaptive limit in front of its queue */}}
+{{- $_ := set $admission "adaptive" (deepCopy $a.adaptive) }}
+{{- end }}
+{{- with $a.priorities }}
+{{- if or .reserved .reservedFor }}
+{{- $_ := set $admission "priorities" (deepCopy .) }}
+{{- end }}
+{{- end }}
+{{- $cfg := dict
+  "listen" (printf ":%d" (int $p.port))
+  "adminListen" (printf ":%d" (int $p.adminPort))
+  "upstream" (default (printf "http://127.0.0.1:%d" (int .Values.app.port)) $p.upstream)
+  "upstreamTimeout" $p.upstreamTimeout
+  "preserveHost" $p.preserveHost
+  "trustForwardedHeaders" $p.trustForwardedHeaders
+  "shutdown" (deepCopy $p.shutdown)
+  "server" (deepCopy $p.server)
+  "statusCodes" (deepCopy $p.statusCodes)
+  "admission" $admission }}
+{{- $cfg = mustMergeOverwrite $cfg (deepCopy $p.extraConfig) }}
+{{- toYaml $cfg }}
+{{- end }}

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# check-chart.sh checks the Helm chart deploy/helm/loadshed:
+#   1. helm lint --strict and helm template with every ci/<strategy>-values.yaml;
+#   2. bad values (unknown strategy, negative limit, typo'd key, ...) must FAIL,
+#      with a message naming the value;
+#   3. generated chart files (rules template, dashboard copy, README) are up to date,
+#      and the two Dockerfiles' runtime stages agree;
+#   4. the Go tests in deploy/ (typed decoding of every manifest, rules, dashboard).
+# Helm comes from $HELM, else scripts/install-helm.sh builds the pinned version.
+# SKIP_GO_TESTS=1 skips step 4.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+HELM="${HELM:-$(scripts/install-helm.sh)}"
+export HELM
+chart=deploy/helm/loadshed
+failed=0
+fail() {
+	echo "check-chart: FAIL: $*" >&2
+	failed=1
+}
+
+echo "check-chart: $("$HELM" version --template '{{.Version}}')" >&2
+shopt -s nullglob
+files=("$chart"/ci/*-values.yaml)
+((${#files[@]} >= 8)) || fail "expected a ci values file per strategy, found ${#files[@]}"
+for f in "${files[@]}"; do
+	if ! out="$("$HELM" lint --strict "$chart" -f "$f" 2>&1)"; then
+		fail "helm lint with $f:"$'\n'"$out"
+		continue
+	fi
+	if ! out="$("$HELM" template ci "$chart" -f "$f" 2>&1 >/dev/null)"; then
+		fail "helm template with $f:"$'\n'"$out"
+		continue
+	fi
+	echo "check-chart: ok $f" >&2
+done
+
+# expect_rejected DESCRIPTION TEXT HELM-ARGS...: helm template must fail and say TEXT.
+expect_rejected() {
+	local what="$1" want="$2" out
+	shift 2
+	if out="$("$HELM" template bad "$chart" "$@" 2>&1)"; then
+		fail "$what was accepted ($*)"
+	elif ! grep -qF -- "$want" <<<"$out"; then
+		fail "$what was rejected, but the message does not name '$want':"$'\n'"$out"
+	else
+		echo "check-chart: ok, $what rejected: $(grep -F -- "$want" <<<"$out" | head -n1 | sed 's/^[- ]*//')" >&2
+	fi
+}
+expect_rejected "unknown strategy" "at '/admission/strategy'" --set admission.strategy=magic
+expect_rejected "negative limit" "at '/admission/inflight/limit'" --set admission.inflight.limit=-1
+expect_rejected "typo'd key" "'inflght' not allowed" --set admission.inflght.limit=3
+expect_rejected "zero rate" "at '/admission/tokenBucket/rate'" --set admission.tokenBucket.rate=0
+expect_rejected "bad duration" "at '/admission/boundedQueue/maxWait'" --set-string admission.boundedQueue.maxWait=eighty
+expect_rejected "short grace period" "terminationGracePeriodSeconds" --set terminationGracePeriodSeconds=5
+
+if ! (cd deploy && go run ./cmd/genchart -check); then
+	fail "generated chart files are stale: run 'go generate' in deploy/"
+fi
+scripts/image.sh --check || fail "Dockerfile and deploy/docker/Dockerfile.local disagree"
+
+if [[ "${SKIP_GO_TESTS:-0}" != 1 ]]; then
+	(cd deploy && go vet ./... && go test -count=1 ./...) || fail "Go tests in deploy/"
+fi
+
+if ((failed)); then
+	echo "check-chart: FAILED" >&2
+	exit 1
+fi
+echo "check-chart: PASS" >&2
