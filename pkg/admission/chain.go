@@ -32,7 +32,7 @@ type chain struct {
 func (c *chain) Name() string { return "chain" }
 
 func (c *chain) Offer(now time.Time, t *Ticket, ev *Events) Verdict {
-	if r := doorCheck(now, t, c.draining, c.Name()); r != nil {
+	if r := doorCheck(now, &t.Req, c.draining, c.Name()); r != nil {
 		t.refuse(r)
 		return Refused
 	}

@@ -58,7 +58,7 @@ func (b *leakyBucket) level(now time.Time) time.Duration {
 }
 
 func (b *leakyBucket) Offer(now time.Time, t *Ticket, _ *Events) Verdict {
-	if r := doorCheck(now, t, b.draining, b.Name()); r != nil {
+	if r := doorCheck(now, &t.Req, b.draining, b.Name()); r != nil {
 		t.refuse(r)
 		return Refused
 	}

@@ -20,6 +20,18 @@ type Limiter struct {
 	tickets sync.Pool
 	// stateless cores (token and leaky buckets) keep nothing per permit: Done skips the lock.
 	stateless bool
+	// fast cores decide without the lock, a ticket or a queue (see fastCore).
+	fast fastCore
+}
+
+// fastCore is implemented by cores that decide every request at once, with their own
+// synchronisation (an atomic counter, x/time/rate's lock): the Limiter then admits through them
+// without taking its lock, filling a ticket or, unless the core needs it, reading the clock.
+type fastCore interface {
+	// admitNow admits req and returns the cost it holds, or refuses it.
+	admitNow(clock Clock, req Request) (int64, *Rejection)
+	// releaseNow gives back what admitNow took.
+	releaseNow(cost int64)
 }
 
 // Option configures a Limiter.
@@ -37,6 +49,7 @@ func NewLimiter(core Core, opts ...Option) *Limiter {
 	if s, ok := core.(interface{ stateless() bool }); ok {
 		l.stateless = s.stateless()
 	}
+	l.fast, _ = core.(fastCore)
 	l.tickets.New = func() any { return &Ticket{ready: make(chan struct{}, 1), heapIdx: -1} }
 	return l
 }
@@ -47,9 +60,10 @@ func (l *Limiter) Core() Core { return l.core }
 // Permit is an admitted request's hold on the strategy. Release it exactly once with Done,
 // normally with defer right after Admit succeeds. The zero Permit is invalid.
 type Permit struct {
-	l   *Limiter
-	t   *Ticket
-	gen uint32
+	l    *Limiter
+	t    *Ticket
+	gen  uint32
+	cost int64 // what a fast core holds for this permit
 	// Waited is how long the request spent queued before admission.
 	Waited time.Duration
 	// Granted is when the request was admitted.
@@ -64,6 +78,15 @@ func (p Permit) Done(o Outcome) bool {
 		return false
 	}
 	t := p.t
+	if l.fast != nil {
+		// The ticket carries only the generation that makes a second Done a no-op.
+		if !t.gen.CompareAndSwap(p.gen, p.gen+1) {
+			return false
+		}
+		l.fast.releaseNow(p.cost)
+		l.tickets.Put(t)
+		return true
+	}
 	if l.stateless {
 		// Nothing to give back: the generation bump alone makes a second Done a no-op.
 		if !t.gen.CompareAndSwap(p.gen, p.gen+1) {
@@ -92,6 +115,9 @@ func (p Permit) Done(o Outcome) bool {
 func (l *Limiter) Admit(ctx context.Context, req Request) (Permit, error) {
 	if err := ctx.Err(); err != nil {
 		return Permit{}, err
+	}
+	if l.fast != nil {
+		return l.admitFast(req)
 	}
 	t := l.tickets.Get().(*Ticket)
 	gen := t.gen.Load()
@@ -136,6 +162,17 @@ func (l *Limiter) Admit(ctx context.Context, req Request) (Permit, error) {
 	err := t.Err
 	l.tickets.Put(t)
 	return Permit{}, err
+}
+
+// admitFast is Admit for a fast core: no lock, no queue; the pooled ticket only carries the
+// permit's generation.
+func (l *Limiter) admitFast(req Request) (Permit, error) {
+	cost, rej := l.fast.admitNow(l.clock, req)
+	if rej != nil {
+		return Permit{}, rej
+	}
+	t := l.tickets.Get().(*Ticket)
+	return Permit{l: l, t: t, gen: t.gen.Load(), cost: cost}, nil
 }
 
 // flush notifies the waiters the core resolved and re-arms the wake-up timer. Called with l.mu
@@ -220,6 +257,9 @@ var ErrWouldWait = errors.New("admission: the request would wait")
 // and leaves nothing queued. Dry-run policies use it to learn what a strategy would do without
 // delaying anyone.
 func (l *Limiter) TryAdmit(req Request) (Permit, error) {
+	if l.fast != nil {
+		return l.admitFast(req)
+	}
 	t := l.tickets.Get().(*Ticket)
 	gen := t.gen.Load()
 	l.mu.Lock()

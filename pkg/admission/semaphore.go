@@ -88,6 +88,9 @@ func NewInflight(c InflightConfig) (Core, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
+	if c.Priorities.Reserved == 0 {
+		return &inflight{limit: c.Limit}, nil
+	}
 	return &semaphore{name: "inflight", limit: float64(c.Limit), prio: c.Priorities}, nil
 }
 
@@ -142,7 +145,7 @@ func (s *semaphore) take(now time.Time, t *Ticket) {
 }
 
 func (s *semaphore) Offer(now time.Time, t *Ticket, ev *Events) Verdict {
-	if r := doorCheck(now, t, s.draining, s.name); r != nil {
+	if r := doorCheck(now, &t.Req, s.draining, s.name); r != nil {
 		t.refuse(r)
 		return Refused
 	}
@@ -238,7 +241,16 @@ func (s *semaphore) grant(now time.Time, ev *Events) {
 			s.codel.slough(now, &s.q, s.name, ev)
 		}
 		h := s.q.peek(s.lifo)
-		if h == nil || !s.fits(h) {
+		if h == nil {
+			return
+		}
+		if p := s.permits(); h.cost > p {
+			// An adaptive limit shrank below the cost clamped at the offer: clamp again, so the
+			// request runs alone rather than never (and blocks nobody behind it forever).
+			s.q.cost -= h.cost - p
+			h.cost = p
+		}
+		if !s.fits(h) {
 			return
 		}
 		if s.codel != nil {
@@ -298,11 +310,11 @@ func (s *semaphore) Stats(time.Time) Stats {
 
 // doorCheck refuses what no strategy may admit: anything while draining, and a request whose
 // deadline has already passed.
-func doorCheck(now time.Time, t *Ticket, draining bool, stage string) *Rejection {
+func doorCheck(now time.Time, req *Request, draining bool, stage string) *Rejection {
 	if draining {
 		return &Rejection{Reason: ReasonDraining, RetryAfter: time.Second, Stage: stage}
 	}
-	if d := t.Req.Deadline; !d.IsZero() && !now.Before(d) {
+	if d := req.Deadline; !d.IsZero() && !now.Before(d) {
 		return &Rejection{Reason: ReasonDeadline, Stage: stage}
 	}
 	return nil

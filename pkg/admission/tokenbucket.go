@@ -2,6 +2,7 @@ package admission
 
 import (
 	"math"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -36,40 +37,59 @@ func NewTokenBucket(c TokenBucketConfig) (Core, error) {
 }
 
 type tokenBucket struct {
-	lim      *rate.Limiter
+	lim      *rate.Limiter // has its own lock: the bucket needs no other
 	rate     float64
 	burst    int64
-	draining bool
+	draining atomic.Bool
 }
 
 func (b *tokenBucket) Name() string { return "token-bucket" }
 
 func (b *tokenBucket) Offer(now time.Time, t *Ticket, _ *Events) Verdict {
-	if r := doorCheck(now, t, b.draining, b.Name()); r != nil {
+	if r := doorCheck(now, &t.Req, b.draining.Load(), b.Name()); r != nil {
+		t.refuse(r)
+		return Refused
+	}
+	if r := b.take(now, &t.Req); r != nil {
 		t.refuse(r)
 		return Refused
 	}
 	t.cost = min(t.Req.cost(), b.burst)
-	if b.lim.AllowN(now, int(t.cost)) {
-		t.admit(now)
-		return Admitted
-	}
-	// Retry-After: the time until enough tokens have accumulated.
-	missing := float64(t.cost) - b.lim.TokensAt(now)
-	wait := time.Duration(math.Ceil(missing / b.rate * float64(time.Second)))
-	t.refuse(&Rejection{Reason: ReasonRateLimited, RetryAfter: max(wait, 0), Stage: b.Name()})
-	return Refused
+	t.admit(now)
+	return Admitted
 }
+
+// take takes the request's tokens at now, or says when enough will have accumulated.
+func (b *tokenBucket) take(now time.Time, req *Request) *Rejection {
+	cost := min(req.cost(), b.burst)
+	if b.lim.AllowN(now, int(cost)) {
+		return nil
+	}
+	missing := float64(cost) - b.lim.TokensAt(now)
+	wait := time.Duration(math.Ceil(missing / b.rate * float64(time.Second)))
+	return &Rejection{Reason: ReasonRateLimited, RetryAfter: max(wait, 0), Stage: b.Name()}
+}
+
+// admitNow is the Limiter's lock-free path (see fastCore): the bucket is x/time/rate's.
+func (b *tokenBucket) admitNow(clock Clock, req Request) (int64, *Rejection) {
+	now := clock.Now()
+	if r := doorCheck(now, &req, b.draining.Load(), b.Name()); r != nil {
+		return 0, r
+	}
+	if r := b.take(now, &req); r != nil {
+		return 0, r
+	}
+	return 0, nil
+}
+
+func (b *tokenBucket) releaseNow(int64) {}
 
 func (b *tokenBucket) Release(time.Time, *Ticket, Outcome, *Events) {}
 func (b *tokenBucket) Cancel(time.Time, *Ticket, *Events)           {}
 func (b *tokenBucket) Advance(time.Time, *Events)                   {}
 func (b *tokenBucket) Wake() time.Time                              { return time.Time{} }
-func (b *tokenBucket) Drain(time.Time, *Events)                     { b.draining = true }
+func (b *tokenBucket) Drain(time.Time, *Events)                     { b.draining.Store(true) }
 
 func (b *tokenBucket) Stats(now time.Time) Stats {
 	return Stats{Tokens: b.lim.TokensAt(now), Limit: float64(b.burst)}
 }
-
-// stateless reports that Release does nothing, so a driver may skip it.
-func (b *tokenBucket) stateless() bool { return true }
