@@ -4,7 +4,7 @@
 // clients got: goodput (2xx within the SLO), admitted latency and the share shed.
 //
 //	go run ./cmd/demo [--workers 8] [--service 20ms] [--slo 100ms] [--duration 5s]
-//	                  [--loads 0.5,2,5] [--strategies none,inflight,adaptive,...]
+//	                  [--loads 0.5,2,5] [--strategies none,inflight,adaptive,adaptive/vegas,...]
 package main
 
 import (
@@ -66,8 +66,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	policies := live.Policies(capacity, *slo)
 	names := strings.Split(*strategies, ",")
 	for _, n := range names {
+		// "adaptive/vegas" selects the adaptive strategy with another limit algorithm.
+		if algo, ok := strings.CutPrefix(n, "adaptive/"); ok {
+			policies[n] = "strategy: adaptive\nadaptive: {algorithm: " + algo + "}"
+		}
 		if _, ok := policies[n]; !ok {
-			return fmt.Errorf("--strategies: unknown strategy %q (want some of %s)", n, strings.Join(live.StrategyOrder, ","))
+			return fmt.Errorf("--strategies: unknown strategy %q (want some of %s, or adaptive/ALGORITHM)", n, strings.Join(live.StrategyOrder, ","))
 		}
 	}
 	fmt.Fprintf(stdout, "backend: %d workers x %s = capacity %.0f rps; SLO %s; client timeout %s; %s per run\n\n",
