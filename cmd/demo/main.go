@@ -43,7 +43,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	service := fs.Duration("service", 20*time.Millisecond, "backend service time (constant)")
 	slo := fs.Duration("slo", 100*time.Millisecond, "latency within which a 2xx counts as goodput")
 	timeout := fs.Duration("timeout", time.Second, "client timeout")
-	duration := fs.Duration("duration", 5*time.Second, "length of each run")
+	duration := fs.Duration("duration", 5*time.Second, "length of each run's measurement")
+	warmup := fs.Duration("warmup", time.Second, "load offered before each measurement, left out of the figures")
 	loads := fs.String("loads", "0.5,2,5", "offered loads, as multiples of the backend's capacity")
 	strategies := fs.String("strategies", strings.Join(live.StrategyOrder, ","), "strategies to show")
 	showVersion := fs.Bool("version", false, "print the version and exit")
@@ -74,8 +75,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("--strategies: unknown strategy %q (want some of %s, or adaptive/ALGORITHM)", n, strings.Join(live.StrategyOrder, ","))
 		}
 	}
-	fmt.Fprintf(stdout, "backend: %d workers x %s = capacity %.0f rps; SLO %s; client timeout %s; %s per run\n\n",
-		*workers, *service, capacity.RPS(), *slo, *timeout, *duration)
+	fmt.Fprintf(stdout, "backend: %d workers x %s = capacity %.0f rps; SLO %s; client timeout %s; each run: %s warm-up, then %s measured\n\n",
+		*workers, *service, capacity.RPS(), *slo, *timeout, *warmup, *duration)
 	var rows []loadgen.Row
 	for _, name := range names {
 		for _, m := range mults {
@@ -88,7 +89,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				return err
 			}
 			fmt.Fprintf(stderr, "running %s at %gx ...\n", name, m)
-			res, err := env.Run(ctx, live.Load{Rate: m * capacity.RPS(), Duration: *duration, Timeout: *timeout, SLO: *slo})
+			res, err := env.Run(ctx, live.Load{Rate: m * capacity.RPS(), Duration: *duration, Warmup: *warmup, Timeout: *timeout, SLO: *slo})
 			env.Close()
 			if err != nil {
 				return fmt.Errorf("%s at %gx: %w", name, m, err)
