@@ -119,14 +119,7 @@ func (l *Limiter) Admit(ctx context.Context, req Request) (Permit, error) {
 	if l.fast != nil {
 		return l.admitFast(req)
 	}
-	t := l.tickets.Get().(*Ticket)
-	gen := t.gen.Load()
-	l.mu.Lock()
-	now := l.clock.Now()
-	t.Reset(req, now)
-	v := l.core.Offer(now, t, &l.ev)
-	l.flush(now)
-	l.mu.Unlock()
+	t, gen, v := l.offer(req, false)
 	switch v {
 	case Admitted:
 		return Permit{l: l, t: t, gen: gen, Granted: t.Granted}, nil
@@ -260,17 +253,7 @@ func (l *Limiter) TryAdmit(req Request) (Permit, error) {
 	if l.fast != nil {
 		return l.admitFast(req)
 	}
-	t := l.tickets.Get().(*Ticket)
-	gen := t.gen.Load()
-	l.mu.Lock()
-	now := l.clock.Now()
-	t.Reset(req, now)
-	v := l.core.Offer(now, t, &l.ev)
-	if v == Pending {
-		l.core.Cancel(now, t, &l.ev)
-	}
-	l.flush(now)
-	l.mu.Unlock()
+	t, gen, v := l.offer(req, true)
 	switch v {
 	case Admitted:
 		return Permit{l: l, t: t, gen: gen, Granted: t.Granted}, nil
@@ -281,4 +264,21 @@ func (l *Limiter) TryAdmit(req Request) (Permit, error) {
 	}
 	l.tickets.Put(t)
 	return Permit{}, ErrWouldWait
+}
+
+// offer offers req to the core under the lock, with a pooled ticket. With withdraw, a ticket
+// the core queues is withdrawn at once (it never waits).
+func (l *Limiter) offer(req Request, withdraw bool) (*Ticket, uint32, Verdict) {
+	t := l.tickets.Get().(*Ticket)
+	gen := t.gen.Load()
+	l.mu.Lock()
+	now := l.clock.Now()
+	t.Reset(req, now)
+	v := l.core.Offer(now, t, &l.ev)
+	if v == Pending && withdraw {
+		l.core.Cancel(now, t, &l.ev)
+	}
+	l.flush(now)
+	l.mu.Unlock()
+	return t, gen, v
 }
