@@ -1,0 +1,34 @@
+package main
+
+import (
+	"context"
+	"io"
+	"strings"
+	"testing"
+)
+
+func TestParseLoads(t *testing.T) {
+	got, err := parseLoads("0.5, 2x,10")
+	if err != nil || len(got) != 3 || got[0] != 0.5 || got[1] != 2 || got[2] != 10 {
+		t.Fatalf("parseLoads = %v, %v", got, err)
+	}
+	if _, err := parseLoads("1,lots"); err == nil || !strings.Contains(err.Error(), "--loads") {
+		t.Fatalf("bad load: %v", err)
+	}
+}
+
+func TestRunRejectsBadFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--loads", "x"}, "--loads"},
+		{[]string{"--no-such-flag"}, "no-such-flag"},
+		{[]string{"stray"}, "unexpected arguments"},
+	} {
+		err := run(context.Background(), tc.args, io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("run(%q) = %v, want an error naming %s", tc.args, err, tc.want)
+		}
+	}
+}

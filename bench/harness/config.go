@@ -1,0 +1,130 @@
+package harness
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Config is one harness run.
+type Config struct {
+	// RepoRoot is the repository checkout (for go build, the k6 scripts and install-tools.sh).
+	RepoRoot string
+	// OutDir receives report.md, points.csv, summary.csv, the charts and the raw k6 summaries.
+	OutDir string
+	// WorkDir holds generated configs and logs; empty: a new temporary directory, removed at
+	// the end unless KeepWork is set.
+	WorkDir  string
+	KeepWork bool
+
+	// Binaries; an empty path is built (Go binaries) or looked up / installed (peers, k6).
+	Bins Binaries
+	// InstallPeers lets the harness apt-get install nginx and HAProxy when they are missing.
+	InstallPeers bool
+
+	Backend       Backend
+	SLO           time.Duration
+	ClientTimeout time.Duration
+	// Loads are the overload points, as multiples of the backend's capacity.
+	Loads         []float64
+	PointDuration time.Duration
+	// Spike runs loadtest/k6/spike.js per target: 0.5x for SpikeBase, 5x for SpikeHold, 0.5x for
+	// SpikeAfter.
+	Spike                            bool
+	SpikeBase, SpikeHold, SpikeAfter time.Duration
+	Repeats                          int
+	// Targets selects targets by comma-separated name prefixes ("" = all).
+	Targets string
+	// Pin is the CPU placement: PinNone (default: nothing pinned; every proxy gets one worker
+	// thread: nginx and HAProxy one worker, Go proxies GOMAXPROCS=1), PinProxy (the target on
+	// CPU 1, the rest free) or PinSplit (backend and target on CPU 1, k6 on CPU 0).
+	Pin string
+	// MaxLateMs marks a point invalid when iterations start later than this at p99.
+	MaxLateMs float64
+	// Quick marks a CI smoke run: any point that fails to start fails the whole run at once.
+	Quick bool
+	// CommandLine is echoed in the report.
+	CommandLine string
+}
+
+// CPU placements (Config.Pin).
+const (
+	PinNone  = "none"
+	PinProxy = "proxy"
+	PinSplit = "split"
+)
+
+// Binaries are the programs the harness runs.
+type Binaries struct {
+	Proxy, Backend, PlainProxy  string
+	Nginx, HAProxy, K6, Taskset string
+}
+
+// Validate reports every problem, naming the field.
+func (c Config) Validate() error {
+	var errs []error
+	if c.RepoRoot == "" {
+		errs = append(errs, errors.New("RepoRoot: required"))
+	}
+	if c.OutDir == "" {
+		errs = append(errs, errors.New("OutDir: required"))
+	}
+	if c.ClientTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("ClientTimeout: must be above 0, got %s", c.ClientTimeout))
+	}
+	if len(c.Loads) == 0 && !c.Spike {
+		errs = append(errs, errors.New("Loads: need at least one load point or the spike"))
+	}
+	for _, l := range c.Loads {
+		if l <= 0 || l > 100 {
+			errs = append(errs, fmt.Errorf("Loads: %g is not in (0, 100]", l))
+		}
+	}
+	if c.PointDuration < time.Second {
+		errs = append(errs, fmt.Errorf("PointDuration: must be at least 1s, got %s", c.PointDuration))
+	}
+	if c.Spike && (c.SpikeBase < time.Second || c.SpikeHold < time.Second || c.SpikeAfter < time.Second) {
+		errs = append(errs, errors.New("SpikeBase, SpikeHold, SpikeAfter: each must be at least 1s"))
+	}
+	switch c.Pin {
+	case PinNone, PinProxy, PinSplit:
+	default:
+		errs = append(errs, fmt.Errorf("Pin: want %q, %q or %q, got %q", PinNone, PinProxy, PinSplit, c.Pin))
+	}
+	if c.Repeats < 1 {
+		errs = append(errs, fmt.Errorf("Repeats: must be at least 1, got %d", c.Repeats))
+	}
+	if c.MaxLateMs <= 0 {
+		errs = append(errs, fmt.Errorf("MaxLateMs: must be above 0, got %g", c.MaxLateMs))
+	}
+	if _, err := DeriveLimits(c.Backend, c.SLO); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// Scenario is one k6 script run with its parameters.
+type Scenario struct {
+	// Name is "0.5x", "2x", ... or "spike".
+	Name   string
+	Script string
+	Load   float64
+	Env    map[string]string
+}
+
+func (c Config) scenarios() []Scenario {
+	var out []Scenario
+	for _, l := range c.Loads {
+		out = append(out, Scenario{Name: fmt.Sprintf("%gx", l), Script: "overload.js", Load: l,
+			Env: map[string]string{"K": fmt.Sprint(l), "DURATION": c.PointDuration.String()}})
+	}
+	if c.Spike {
+		out = append(out, Scenario{Name: "spike", Script: "spike.js", Load: 5, Env: map[string]string{
+			"SPIKE_K": "5", "RAMP_S": "1",
+			"BASE_S":  fmt.Sprint(int(c.SpikeBase.Seconds())),
+			"HOLD_S":  fmt.Sprint(int(c.SpikeHold.Seconds())),
+			"AFTER_S": fmt.Sprint(int(c.SpikeAfter.Seconds())),
+		}})
+	}
+	return out
+}

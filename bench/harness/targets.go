@@ -1,0 +1,251 @@
+package harness
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Kind is the family of a target.
+type Kind string
+
+// Target kinds.
+const (
+	KindLoadshed Kind = "loadshed"
+	KindNginx    Kind = "nginx"
+	KindHAProxy  Kind = "haproxy"
+	KindPlain    Kind = "plainproxy"
+	KindDirect   Kind = "direct"
+)
+
+// Strategy is one loadshed admission strategy the harness runs. Block returns the YAML lines
+// that follow "strategy:" under "admission:" (indented by two spaces), from the shared limits.
+type Strategy struct {
+	Name string
+	// ToldCapacity reports whether the block is given the backend's capacity.
+	ToldCapacity bool
+	Block        func(l Limits) string
+}
+
+// LoadshedStrategies are the loadshed strategies the harness runs. Adding one is one line here;
+// a strategy the proxy binary does not accept (proxy --check-config fails) is reported as
+// skipped.
+var LoadshedStrategies = []Strategy{
+	{"none", false, func(Limits) string { return "" }},
+	{"inflight", true, func(l Limits) string { return fmt.Sprintf("  inflight: {limit: %d}\n", l.InFlight) }},
+	{"bounded-queue", true, func(l Limits) string {
+		return fmt.Sprintf("  boundedQueue: {concurrency: %d, depth: %d, maxWait: %s}\n", l.InFlight, l.Queue, l.MaxWait)
+	}},
+	{"token-bucket", true, func(l Limits) string {
+		return fmt.Sprintf("  tokenBucket: {rate: %g, burst: %d}\n", l.CapacityRPS, l.Queue)
+	}},
+	{"leaky-bucket", true, func(l Limits) string {
+		return fmt.Sprintf("  leakyBucket: {rate: %g, depth: %d}\n", l.CapacityRPS, l.Queue)
+	}},
+	{"chain", true, func(l Limits) string {
+		return fmt.Sprintf("  chain:\n    - tokenBucket: {rate: %g, burst: %d}\n    - boundedQueue: {concurrency: %d, depth: %d, maxWait: %s}\n",
+			l.CapacityRPS, l.Queue, l.InFlight, l.Queue, l.MaxWait)
+	}},
+	// Adaptive is told nothing about the backend: its defaults find the limit from latency.
+	{"adaptive", false, func(Limits) string { return "" }},
+	// CoDel in front of the adaptive limit (its default): told nothing either.
+	{"codel", false, func(Limits) string { return "" }},
+}
+
+// Target is one thing k6 sends load to.
+type Target struct {
+	Name string
+	Kind Kind
+	// Peer marks the proxies loadshed is compared with (not loadshed, not "direct").
+	Peer bool
+	// ToldCapacity marks targets configured with the backend's exact concurrency.
+	ToldCapacity bool
+	// Settings describes the limits in force, for the report.
+	Settings string
+
+	strategy *Strategy
+	nginxLoc string
+}
+
+// AllTargets returns every target the harness knows, in report order.
+func AllTargets(l Limits) []Target {
+	var ts []Target
+	for i := range LoadshedStrategies {
+		s := &LoadshedStrategies[i]
+		settings := strings.Join(strings.Fields(strings.ReplaceAll(s.Block(l), "\n", " ")), " ")
+		if settings == "" {
+			settings = "no admission (proxy overhead only)"
+		}
+		ts = append(ts, Target{Name: "loadshed/" + s.Name, Kind: KindLoadshed, ToldCapacity: s.ToldCapacity, Settings: settings, strategy: s})
+	}
+	ts = append(ts,
+		Target{Name: "nginx/limit_conn", Kind: KindNginx, Peer: true, ToldCapacity: true,
+			Settings: fmt.Sprintf("limit_conn %d (503)", l.InFlight),
+			nginxLoc: fmt.Sprintf("limit_conn conns %d;\n      limit_conn_status 503;", l.InFlight)},
+		Target{Name: "nginx/limit_req", Kind: KindNginx, Peer: true,
+			Settings: fmt.Sprintf("limit_req %dr/s burst=%d nodelay (429)", int(l.CapacityRPS), l.Queue),
+			nginxLoc: fmt.Sprintf("limit_req zone=rate burst=%d nodelay;\n      limit_req_status 429;", l.Queue)},
+		Target{Name: "haproxy", Kind: KindHAProxy, Peer: true,
+			Settings: fmt.Sprintf("maxconn %d, maxqueue %d, timeout queue %s", l.InFlight, l.Queue, l.MaxWait)},
+		Target{Name: "plainproxy", Kind: KindPlain, Peer: true, Settings: "httputil.ReverseProxy, no admission"},
+		Target{Name: "direct", Kind: KindDirect, Settings: "no proxy"},
+	)
+	return ts
+}
+
+// SelectTargets keeps the targets whose name starts with one of the comma-separated prefixes
+// in spec ("" or "all" keeps every one); a prefix that matches nothing is an error.
+func SelectTargets(all []Target, spec string) ([]Target, error) {
+	spec = strings.TrimSpace(spec)
+	if spec == "" || spec == "all" {
+		return all, nil
+	}
+	var out []Target
+	seen := map[string]bool{}
+	for _, p := range strings.Split(spec, ",") {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			continue
+		}
+		n := 0
+		for _, t := range all {
+			if t.Name == p || strings.HasPrefix(t.Name, p) {
+				n++
+				if !seen[t.Name] {
+					seen[t.Name] = true
+					out = append(out, t)
+				}
+			}
+		}
+		if n == 0 {
+			return nil, fmt.Errorf("--targets: %q matches no target", p)
+		}
+	}
+	return out, nil
+}
+
+// endpoints are the loopback addresses one point uses.
+type endpoints struct {
+	Listen      string // target data address
+	Admin       string // loadshed admin address
+	Backend     string // backend data address
+	BackendAdm  string // backend admin address
+	UpstreamURL string // http://Backend
+}
+
+// launch is how to start a target and reach it.
+type launch struct {
+	Path string
+	Args []string
+	// URL is what k6 loads; ReadyURL, when set, must answer 200 before the point starts.
+	URL      string
+	ReadyURL string
+}
+
+// prepare writes the target's config files into dir and returns how to start it; a nil
+// launch.Path means nothing to start (direct).
+func (t Target) prepare(dir string, bins Binaries, l Limits, ep endpoints) (launch, error) {
+	switch t.Kind {
+	case KindDirect:
+		return launch{URL: "http://" + ep.Backend + "/"}, nil
+	case KindPlain:
+		return launch{Path: bins.PlainProxy, Args: []string{"--listen", ep.Listen, "--upstream", ep.UpstreamURL},
+			URL: "http://" + ep.Listen + "/"}, nil
+	case KindLoadshed:
+		path := filepath.Join(dir, "loadshed.yaml")
+		if err := os.WriteFile(path, []byte(loadshedConfig(t.strategy, l, ep)), 0o644); err != nil {
+			return launch{}, err
+		}
+		return launch{Path: bins.Proxy, Args: []string{"--config", path}, URL: "http://" + ep.Listen + "/",
+			ReadyURL: "http://" + ep.Admin + "/readyz"}, nil
+	case KindNginx:
+		for _, sub := range []string{"logs", "tmp"} {
+			if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
+				return launch{}, err
+			}
+		}
+		path := filepath.Join(dir, "nginx.conf")
+		if err := os.WriteFile(path, []byte(nginxConfig(t.nginxLoc, l, dir, ep)), 0o644); err != nil {
+			return launch{}, err
+		}
+		return launch{Path: bins.Nginx, Args: []string{"-p", dir, "-c", path, "-e", filepath.Join(dir, "logs", "error.log")},
+			URL: "http://" + ep.Listen + "/"}, nil
+	case KindHAProxy:
+		path := filepath.Join(dir, "haproxy.cfg")
+		if err := os.WriteFile(path, []byte(haproxyConfig(l, ep)), 0o644); err != nil {
+			return launch{}, err
+		}
+		return launch{Path: bins.HAProxy, Args: []string{"-f", path, "-db"}, URL: "http://" + ep.Listen + "/"}, nil
+	}
+	return launch{}, fmt.Errorf("target %s: unknown kind %q", t.Name, t.Kind)
+}
+
+// loadshedConfig is the proxy config for one strategy (see the config reference in the README).
+func loadshedConfig(s *Strategy, l Limits, ep endpoints) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "listen: %q\nupstream: %q\nadminListen: %q\nupstreamTimeout: 30s\n", ep.Listen, ep.UpstreamURL, ep.Admin)
+	fmt.Fprintf(&b, "admission:\n  strategy: %s\n%s", s.Name, s.Block(l))
+	return b.String()
+}
+
+func nginxConfig(location string, l Limits, dir string, ep endpoints) string {
+	tmp := filepath.Join(dir, "tmp")
+	return fmt.Sprintf(`# generated by bench: one worker, loopback only
+worker_processes 1;
+daemon off;
+pid %[1]s/nginx.pid;
+error_log %[1]s/logs/error.log warn;
+worker_rlimit_nofile 16384;
+events { worker_connections 8192; }
+http {
+  access_log off;
+  client_body_temp_path %[2]s/body;
+  proxy_temp_path %[2]s/proxy;
+  fastcgi_temp_path %[2]s/fastcgi;
+  uwsgi_temp_path %[2]s/uwsgi;
+  scgi_temp_path %[2]s/scgi;
+  keepalive_timeout 120s;
+  keepalive_requests 1000000;
+  limit_conn_zone $server_name zone=conns:1m;
+  limit_req_zone $server_name zone=rate:1m rate=%[3]dr/s;
+  upstream backend {
+    server %[4]s;
+    keepalive 256;
+  }
+  server {
+    listen %[5]s;
+    # limit_conn_zone / limit_req_zone key on $server_name: it must not be empty (empty keys
+    # are not limited).
+    server_name bench;
+    location / {
+      %[6]s
+      proxy_pass http://backend;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_read_timeout 30s;
+    }
+  }
+}
+`, dir, tmp, int(l.CapacityRPS), ep.Backend, ep.Listen, location)
+}
+
+func haproxyConfig(l Limits, ep endpoints) string {
+	return fmt.Sprintf(`# generated by bench: one thread, loopback only
+global
+  nbthread 1
+  maxconn 8000
+defaults
+  mode http
+  timeout connect 1s
+  timeout client 30s
+  timeout server 30s
+frontend fe
+  bind %s
+  default_backend be
+backend be
+  timeout queue %dms
+  http-reuse always
+  server backend %s maxconn %d maxqueue %d
+`, ep.Listen, l.MaxWait.Milliseconds(), ep.Backend, l.InFlight, l.Queue)
+}

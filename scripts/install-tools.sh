@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Installs the project's pinned tools into ${LOADSHED_CACHE:-$HOME/.cache/loadshed}/bin.
+#
+#   scripts/install-tools.sh [kind] [k6] [helm]    (all three by default)
+#
+# kind and k6 are built from the Go module proxy with CGO_ENABLED=0, so the binaries are static
+# (k6 also goes into a FROM scratch image). helm is built by scripts/install-helm.sh when that
+# script is present. A tool whose pinned version is already installed is not built again.
+# Prints one NAME=PATH line per tool on stdout; progress and build times go to stderr.
+set -euo pipefail
+
+KIND_VERSION=v0.30.0 # known to work with the offline kind node image
+K6_VERSION=v1.8.1    # builds with Go 1.26
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cache=${LOADSHED_CACHE:-$HOME/.cache/loadshed}
+bin=$cache/bin
+mkdir -p "$bin"
+
+log() { printf 'install-tools: %s\n' "$*" >&2; }
+
+# has_version BINARY WORD...: the binary exists and its version output holds the pinned version.
+has_version() {
+	local exe=$1 want=$2
+	shift 2
+	[[ -x $exe ]] || return 1
+	"$exe" "$@" 2>/dev/null | grep -qF -- "$want"
+}
+
+# go_env runs a Go command outside any workspace, with cgo off so binaries are static.
+go_env() { env GOWORK=off GOFLAGS=-mod=mod CGO_ENABLED=0 "$@"; }
+
+install_kind() {
+	local exe=$bin/kind
+	if has_version "$exe" "kind $KIND_VERSION " version; then
+		log "kind $KIND_VERSION already installed"
+	else
+		log "building kind $KIND_VERSION"
+		(cd "$cache" && go_env GOBIN="$bin" go install -trimpath -ldflags='-s -w' "sigs.k8s.io/kind@$KIND_VERSION")
+		has_version "$exe" "kind $KIND_VERSION " version || { log "kind build did not report $KIND_VERSION"; return 1; }
+	fi
+	echo "kind=$exe"
+}
+
+install_k6() {
+	local exe=$bin/k6 start=$SECONDS
+	if has_version "$exe" "k6 $K6_VERSION " version; then
+		log "k6 $K6_VERSION already installed"
+	else
+		log "building k6 $K6_VERSION (takes a few minutes)"
+		if ! (cd "$cache" && go_env GOBIN="$bin" go install -trimpath -ldflags='-s -w' "go.k6.io/k6@$K6_VERSION"); then
+			# go install refuses modules with replace directives: build from a scratch module
+			# that requires k6 instead.
+			log "go install failed; building k6 from a scratch module"
+			local mod=$cache/build/k6-$K6_VERSION
+			rm -rf "$mod" && mkdir -p "$mod"
+			(
+				cd "$mod"
+				go_env go mod init loadshed.local/k6build >/dev/null 2>&1
+				printf 'package main\n\nimport _ "go.k6.io/k6"\n' >tools.go
+				go_env go get "go.k6.io/k6@$K6_VERSION"
+				go_env go build -trimpath -ldflags='-s -w' -o "$exe" go.k6.io/k6
+			)
+		fi
+		has_version "$exe" "k6 $K6_VERSION " version || { log "k6 build did not report $K6_VERSION"; return 1; }
+		log "k6 $K6_VERSION built in $((SECONDS - start)) s"
+	fi
+	echo "k6=$exe"
+}
+
+install_helm() {
+	if [[ ! -f $repo/scripts/install-helm.sh ]]; then
+		log "scripts/install-helm.sh is missing: cannot install helm"
+		return 1
+	fi
+	LOADSHED_CACHE=$cache bash "$repo/scripts/install-helm.sh" >&2
+	[[ -x $bin/helm ]] || { log "install-helm.sh left no $bin/helm"; return 1; }
+	echo "helm=$bin/helm"
+}
+
+tools=("$@")
+explicit=1
+if [[ ${#tools[@]} -eq 0 ]]; then
+	tools=(kind k6 helm)
+	explicit=0
+fi
+for t in "${tools[@]}"; do
+	case $t in
+	kind) install_kind ;;
+	k6) install_k6 ;;
+	helm)
+		if [[ $explicit -eq 0 && ! -f $repo/scripts/install-helm.sh ]]; then
+			log "skipping helm: scripts/install-helm.sh is not there yet"
+		else
+			install_helm
+		fi
+		;;
+	*)
+		log "unknown tool '$t' (want kind, k6 or helm)"
+		exit 2
+		;;
+	esac
+done
