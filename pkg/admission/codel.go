@@ -91,11 +91,16 @@ type codel struct {
 	minDelay         time.Duration
 	sampled          bool // minDelay holds a sample of the current interval
 	overloaded       bool
+	shed             bool // the current interval shed a waiter
 }
 
 // roll closes the interval if it has ended: the queue was overloaded if the shortest
 // standing-queue delay seen during it exceeded the target. An interval in which nothing started
-// was overloaded exactly when a queue stood through it.
+// was overloaded exactly when a queue stood through it. An overloaded queue that still had to
+// shed during the interval stays overloaded even if it emptied for a moment: shedding keeps the
+// queue short, so a short queue then is the remedy at work, not the end of the overload (without
+// this, random gaps between arrivals flip the state every interval and the queue swings between
+// 2 x target and the full maxWait).
 func (c *codel) roll(now time.Time, q *waitQueue) {
 	if !c.intervalEnd.IsZero() && now.Before(c.intervalEnd) {
 		return
@@ -108,10 +113,11 @@ func (c *codel) roll(now time.Time, q *waitQueue) {
 				delay = now.Sub(o.Arrival)
 			}
 		}
-		c.overloaded = delay > c.target
+		c.overloaded = delay > c.target || (c.overloaded && c.shed)
 	}
 	c.intervalEnd = now.Add(c.interval)
 	c.sampled = false
+	c.shed = false
 }
 
 // sample records the standing-queue delay as a request starts: how long the oldest waiter has
@@ -134,6 +140,7 @@ func (c *codel) slough(now time.Time, q *waitQueue, stage string, ev *Events) {
 			q.remove(t)
 			t.refuse(&Rejection{Reason: ReasonQueueTimeout, RetryAfter: limit, Stage: stage})
 			ev.Add(t)
+			c.shed = true
 		}
 	}
 }
