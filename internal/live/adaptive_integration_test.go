@@ -213,7 +213,18 @@ func TestReloadUnderSteadyLoad(t *testing.T) {
 	}
 	res := <-resc
 	valid(t, res)
-	if res.Codes[200] != res.Offered {
-		t.Fatalf("codes %v, transport errors %d: every request must be served across reloads", res.Codes, res.TransportErrors)
+	// No admitted request fails: every answer is a 200 or a shed (a fresh adaptive policy starts
+	// at its initial limit and may refuse a few requests of its first window), nothing is lost.
+	for code, n := range res.Codes {
+		if code != 200 && code != 503 {
+			t.Errorf("%d answers with status %d across reloads", n, code)
+		}
+	}
+	if res.TransportErrors+res.Timeouts != 0 || res.Completed != res.Offered {
+		t.Errorf("%d transport errors, %d timeouts, %d of %d answered: nothing may be lost across reloads",
+			res.TransportErrors, res.Timeouts, res.Completed, res.Offered)
+	}
+	if res.ShedShare > 0.02 {
+		t.Errorf("shed %.1f%% at half of capacity across reloads", 100*res.ShedShare)
 	}
 }

@@ -114,6 +114,7 @@ type controller struct {
 	slowUntil            time.Time
 	slowDone             bool
 	slowCap              float64   // during slow start: how far the limit may grow in this window
+	healthy              bool      // the last window showed no queueing (RTT within 10% of MinRTT) and no drops
 	start                time.Time // of the current window, zero before the first sample
 	rtts                 []time.Duration
 	dropped, maxInFlight int
@@ -136,13 +137,11 @@ func (c *controller) inflight(n int64) {
 
 // grow is asked, during slow start, for a limit of at least want; it returns the limit to use.
 func (c *controller) grow(now time.Time, cur, want float64) float64 {
-	if c.slowDone || c.slowStart == 0 {
+	// No growth on demand before a window has measured the unloaded latency at the initial
+	// limit (growing first would teach the estimator a queued latency), nor after a window that
+	// showed queueing.
+	if c.slowDone || c.slowStart == 0 || !c.healthy {
 		return cur
-	}
-	if c.start.IsZero() {
-		// Nothing released yet: the first window opens now.
-		c.start = now
-		c.slowUntil = now.Add(c.slowStart)
 	}
 	if c.slowCap == 0 {
 		c.slowCap = 2 * cur
@@ -173,7 +172,10 @@ func (c *controller) sample(now time.Time, rtt time.Duration, o Outcome, cur flo
 	}
 	n := len(c.rtts) + c.dropped
 	elapsed := now.Sub(c.start)
-	if !(elapsed >= c.window && n >= c.minSamples) && elapsed < c.maxWindow && len(c.rtts) < maxWindowSamples {
+	// A window spans at least a few round trips, so that what it measures is the limit it ran
+	// under rather than the previous window's.
+	window := max(c.window, 5*c.minRTT.Value())
+	if !(elapsed >= window && n >= c.minSamples) && elapsed < c.maxWindow && len(c.rtts) < maxWindowSamples {
 		return cur
 	}
 	next := cur
@@ -192,6 +194,7 @@ func (c *controller) sample(now time.Time, rtt time.Duration, o Outcome, cur flo
 			w.MinRTT = c.minRTT.Value()
 		}
 		next = c.algo.Update(cur, w)
+		c.healthy = w.Dropped == 0 && w.RTT > 0 && w.MinRTT > 0 && float64(w.RTT) <= 1.1*float64(w.MinRTT)
 		if !c.slowDone {
 			switch {
 			case now.After(c.slowUntil) || next < cur || w.Dropped > 0:
@@ -199,6 +202,8 @@ func (c *controller) sample(now time.Time, rtt time.Duration, o Outcome, cur flo
 			case w.MaxInFlight >= int(cur):
 				// Saturated and unharmed: twice the window's starting limit (growth on demand
 				// may have taken it part of the way already).
+				// (After the first window slowCap is still 0: that window measured the baseline at
+				// the initial limit and is not doubled.)
 				next = max(next, c.slowCap, cur)
 			}
 		}

@@ -113,10 +113,14 @@ func TestAdaptiveSlowStartDoublesWhileSaturated(t *testing.T) {
 		drive(core, now, 1, 20*time.Millisecond, admission.Success)
 		limits = append(limits, core.Stats(now).Limit)
 	}
-	// Each saturated window at least doubles the limit (the algorithm alone would add 0.5), and
-	// never more than doubles it beyond what the algorithm asks.
-	prev := 2.0
-	for _, l := range limits {
+	// The first window measures the unloaded latency at the initial limit (the algorithm alone
+	// moves it); after that each saturated window at least doubles the limit (the algorithm
+	// alone would add 0.5), and never more than doubles it beyond what the algorithm asks.
+	if limits[0] != 2.5 {
+		t.Fatalf("limits %v: the first window must follow the algorithm only", limits)
+	}
+	prev := limits[0]
+	for _, l := range limits[1:] {
 		if l < min(2*prev, 64) || l > 2*prev+0.5 {
 			t.Fatalf("limits %v from 2: slow start must double a saturated limit each window", limits)
 		}
@@ -244,15 +248,23 @@ func TestAdaptiveSlowStartGrowsOnDemandWithinAWindow(t *testing.T) {
 		Algorithm: rec, InitialLimit: 4, MinLimit: 1, MaxLimit: 64, SlowStart: time.Second,
 		Window: 100 * time.Millisecond, MinSamples: 1,
 	}))
-	// A fresh limiter of 4 takes a burst of 8 without shedding: it may double within a window.
-	if got := drive(core, t0, 10, 20*time.Millisecond, admission.Success); got != 8 {
-		t.Fatalf("admitted %d of a burst of 10, want 8 (twice the initial limit)", got)
+	// The first window runs at the initial limit: it measures the unloaded latency, which growing
+	// on demand would spoil.
+	if got := drive(core, t0, 10, 20*time.Millisecond, admission.Success); got != 4 {
+		t.Fatalf("first window: admitted %d of a burst of 10, want the initial 4", got)
+	}
+	if got := drive(core, t0.Add(100*time.Millisecond), 10, 20*time.Millisecond, admission.Success); got != 4 {
+		t.Fatalf("until the first window closes: admitted %d, want 4", got)
+	}
+	// After a healthy window, a burst of 10 gets twice the window's limit without shedding.
+	if got := drive(core, t0.Add(200*time.Millisecond), 10, 20*time.Millisecond, admission.Success); got != 8 {
+		t.Fatalf("admitted %d of a burst of 10, want 8 (twice the limit)", got)
 	}
 	// Once a window shows a sign of overload, slow start is over: no more growth on demand.
 	rec.next = func(cur float64, w limit.Window) float64 { return cur * 0.9 }
-	drive(core, t0.Add(200*time.Millisecond), 1, 20*time.Millisecond, admission.Dropped)
+	drive(core, t0.Add(300*time.Millisecond), 1, 20*time.Millisecond, admission.Dropped)
 	lim := core.Stats(t0).Limit
-	if got := drive(core, t0.Add(300*time.Millisecond), 20, time.Millisecond, admission.Success); float64(got) > lim {
+	if got := drive(core, t0.Add(400*time.Millisecond), 20, time.Millisecond, admission.Success); float64(got) > lim {
 		t.Fatalf("admitted %d with limit %v after slow start ended", got, lim)
 	}
 }
