@@ -11,6 +11,7 @@ import (
 	"net/http/httputil"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -44,6 +45,13 @@ type exchange struct {
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	st := h.state.Load()
 	p, routeCost := st.match(r.Method, r.URL.Path)
+	if r.Method == http.MethodConnect {
+		// The proxy forwards requests to its one upstream; it opens no tunnels.
+		w.Header().Set("Allow", "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS")
+		http.Error(w, "405 Method Not Allowed: CONNECT", http.StatusMethodNotAllowed)
+		h.metrics.Requests.WithLabelValues(p.route, p.strategy, metrics.OutcomeClientError, "405").Inc()
+		return
+	}
 	start := time.Now()
 	req, herr := st.spec.parseRequest(r, start, routeCost)
 	if herr != nil {
@@ -71,7 +79,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Work whose client will have given up is not started: refuse a request whose remaining
 		// time is shorter than the route's typical upstream latency (queueing strategies also
 		// add their expected wait, in the strategy).
-		if exp := p.latency.value(); exp > 0 && req.Deadline.Sub(start) < exp {
+		if exp := p.latency.value(); !req.Deadline.After(start) || exp > 0 && req.Deadline.Sub(start) < exp {
 			rej := &admission.Rejection{Reason: admission.ReasonDeadline, Stage: p.strategy}
 			if !h.dryRun(p, req, rej) {
 				h.refuse(w, st, p, req, rej)
@@ -302,8 +310,23 @@ func (h *handler) newReverseProxy(transport http.RoundTripper) *httputil.Reverse
 				ex = &exchange{}
 			}
 			if r.Context().Err() != nil && !errors.Is(r.Context().Err(), context.DeadlineExceeded) {
+				// The client went away, or its body stopped at server.readTimeout (net/http cancels
+				// the context on a read error). A departed client never sees this answer; a slow
+				// one must not get the empty 200 net/http would send if nothing were written.
 				ex.outcome = metrics.OutcomeCanceled
-				return // the client is gone; nothing to answer
+				w.Header().Set("Connection", "close")
+				w.WriteHeader(http.StatusRequestTimeout)
+				return
+			}
+			var tooBig *http.MaxBytesError
+			if errors.As(err, &tooBig) {
+				// A streamed (chunked) body outgrew server.maxBodyBytes: the client's fault.
+				ex.status, ex.outcome = http.StatusRequestEntityTooLarge, metrics.OutcomeClientError
+				w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+				w.Header().Set("Connection", "close")
+				w.WriteHeader(http.StatusRequestEntityTooLarge)
+				fmt.Fprintf(w, "413 Request Entity Too Large: body over %d bytes\n", tooBig.Limit)
+				return
 			}
 			code, outcome := http.StatusBadGateway, metrics.OutcomeUpstreamError
 			var ne net.Error
@@ -316,9 +339,19 @@ func (h *handler) newReverseProxy(transport http.RoundTripper) *httputil.Reverse
 			w.WriteHeader(code)
 			fmt.Fprintf(w, "%d %s: upstream %s\n", code, http.StatusText(code), strings.ReplaceAll(outcome, "_", " "))
 		},
-		ErrorLog: slog.NewLogLogger(h.log.Handler(), slog.LevelDebug),
+		ErrorLog:   slog.NewLogLogger(h.log.Handler(), slog.LevelDebug),
+		BufferPool: copyBuffers{},
 	}
 }
+
+// copyBuffers recycles the response-copy buffers (httputil allocates 32 KiB per response
+// without a pool, which under load is most of the proxy's garbage).
+type copyBuffers struct{}
+
+var copyBufferPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+func (copyBuffers) Get() []byte  { return *copyBufferPool.Get().(*[]byte) }
+func (copyBuffers) Put(b []byte) { copyBufferPool.Put(&b) }
 
 // isStream reports a long-lived response whose duration is not a latency sample.
 func isStream(contentType string) bool {

@@ -70,7 +70,7 @@ func parseTimeout(v string) (time.Duration, error) {
 	if f <= 0 {
 		return 0, fmt.Errorf("must be positive, got %q", v)
 	}
-	if f > math.MaxInt64/float64(time.Second) {
+	if f >= math.MaxInt64/float64(time.Second) { // float64(MaxInt64) rounds up: >= avoids overflow
 		return time.Duration(math.MaxInt64), nil
 	}
 	return time.Duration(f * float64(time.Second)), nil
@@ -111,13 +111,14 @@ func (s *requestSpec) parseRequest(r *http.Request, now time.Time, routeCost int
 		}
 	}
 	var timeout time.Duration
+	hasTimeout := false
 	if s.timeoutHeader != "" {
 		if v := r.Header.Get(s.timeoutHeader); v != "" {
 			d, err := parseTimeout(v)
 			if err != nil {
 				return req, &headerError{s.timeoutHeader, err.Error()}
 			}
-			timeout = d
+			timeout, hasTimeout = d, true
 		}
 	}
 	if s.grpcTimeout {
@@ -126,12 +127,17 @@ func (s *requestSpec) parseRequest(r *http.Request, now time.Time, routeCost int
 			if err != nil {
 				return req, &headerError{"grpc-timeout", err.Error()}
 			}
-			if timeout == 0 || d < timeout {
-				timeout = d
+			if !hasTimeout || d < timeout {
+				timeout, hasTimeout = d, true
 			}
 		}
 	}
-	if timeout > 0 && timeout < time.Duration(math.MaxInt64)-time.Duration(now.UnixNano()) {
+	switch {
+	case !hasTimeout:
+	case timeout <= 0:
+		// No time left (gRPC clients send "0n" once their deadline has passed): already late.
+		req.Deadline = now
+	case timeout < time.Duration(math.MaxInt64)-time.Duration(now.UnixNano()):
 		req.Deadline = now.Add(timeout)
 	}
 	req.Key = s.clientKey(r)
