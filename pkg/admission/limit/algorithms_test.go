@@ -171,14 +171,18 @@ func TestGradient(t *testing.T) {
 	})
 	t.Run("sidecar", func(t *testing.T) {
 		a := newAlg(t, NewGradient, DefaultGradient())
+		// Sidecar: buffer 25%, +0.5 headroom while growing, drain to the served concurrency.
+		l1 := 8*1.25 + 0.5
+		l2 := l1*1.25/1.05 + 0.5
+		l3 := l2 / 1.3
 		runSteps(t, a, 8, []step{
-			{"unloaded: x1.1", win(m, m, 8), 8.8},
-			{"RTT within the buffer: 8.8 x 1.1/1.05", win(21*ms, m, 8), 8.8 * 1.1 / 1.05},
-			{"RTT +25%: drain to the served concurrency L/1.25", win(25*ms, m, 9), 8.8 * 1.1 / 1.05 / 1.25},
-			{"RTT 10x: drain clamped at 0.5", win(10*m, m, 7), 8.8 * 1.1 / 1.05 / 1.25 / 2},
-			{"app-limited: no increase", win(m, m, 1), 8.8 * 1.1 / 1.05 / 1.25 / 2},
-			{"a drop: x0.9", Window{Samples: 10, Dropped: 1, RTT: m, MinRTT: m, MaxInFlight: 4}, 8.8 * 1.1 / 1.05 / 1.25 / 2 * 0.9},
-			{"MinRTT unknown: hold", win(m, 0, 4), 8.8 * 1.1 / 1.05 / 1.25 / 2 * 0.9},
+			{"unloaded: x1.25 + 0.5", win(m, m, 8), l1},
+			{"RTT within the buffer: x 1.25/1.05 + 0.5", win(21*ms, m, 10), l2},
+			{"RTT +30%: drain to the served concurrency L/1.3", win(26*ms, m, 12), l3},
+			{"RTT 10x: drain clamped at 0.5", win(10*m, m, 7), l3 / 2},
+			{"app-limited: no increase", win(m, m, 1), l3 / 2},
+			{"a drop: x0.9", Window{Samples: 10, Dropped: 1, RTT: m, MinRTT: m, MaxInFlight: 4}, l3 / 2 * 0.9},
+			{"MinRTT unknown: hold", win(m, 0, 4), l3 / 2 * 0.9},
 		})
 	})
 	t.Run("sidecar app-limited may still decrease", func(t *testing.T) {

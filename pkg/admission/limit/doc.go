@@ -23,7 +23,7 @@
 // 20/20/200 and Envoy's 3/1000).
 //
 // A second constraint comes from estimating the no-load latency without probes. MinRTT is a
-// windowed minimum of window medians; a controller that keeps a queue standing inside the
+// low percentile (the 10th) of recent window medians; a controller that keeps a queue standing inside the
 // backend for the whole span teaches it that the queued latency is the no-load latency, and
 // then climbs again, span after span. So each sidecar default makes the limit return to the
 // concurrency the backend actually serves — L x MinRTT/RTT by Little's law — at least once
@@ -45,8 +45,10 @@
 //	gradient2  drain               off (smoothed)       on             only a decrease to L x MinRTT/RTT
 //	                                                                   empties the queue (and in one window)
 //	gradient2  dropBackoff         1 (ignored)          0.9            an overloaded backend may refuse fast
-//	gradient   buffer              0.25                 0.1            1.25W + sqrt is +65% latency on 8
-//	gradient   sqrtHeadroom        1                    0              workers, and a queue that never empties
+//	gradient   sqrtHeadroom        1                    0              1.25W + sqrt is +65% latency on 8
+//	                                                                   workers, and a queue that never empties
+//	gradient   headroom            0                    0.5            cross the 25% allowance every few windows
+//	                                                                   and drain, rather than rest on it
 //	gradient   drain               off                  on             decrease to L x MinRTT/RTT, not to the
 //	                                                                   allowance: empties the queue
 //	gradient   holdWhenAppLimited  off                  on             Envoy doubles an untested limit
@@ -67,14 +69,14 @@
 //	aimd        4..5         8..9          105..204 (max)   105..204 (max)
 //	vegas       4..5         8..9          10               11
 //	gradient2   4..5         8..9          78..157 (max)    84..164 (max)
-//	gradient    4..5         8..9          7..8             13..14
+//	gradient    4..6         8..11         7..8             13..14
 //	greed       4..5         8..10         4..8             8..16
 //
 // After the workers halve (8 -> 4) vegas, gradient2, gradient and greed are back in [4, 8) in
 // one window and aimd in two (aimd needs three to reach its usual 4..5, greed two). After the
 // service time doubles, every algorithm reads the slower backend as a queue and holds the limit
 // low until the old MinRTT ages out of the estimator's span (DefaultMinRTTWindows), then
-// recovers within a few more windows (gradient's x1.1 growth takes about twenty).
+// recovers within a few more windows.
 //
 // # Min-RTT estimation
 //

@@ -12,10 +12,14 @@ import "math"
 // Sidecar departures (FieldGradient keeps Envoy's values):
 //   - MinRTT comes from the probe-free estimator instead of Envoy's probe windows, which pin the
 //     limit at 3 until 50 samples arrive and shed traffic every interval.
-//   - Buffer 25% -> 10% and SqrtHeadroom 1 -> 0. In a saturated backend of W workers Envoy's
-//     limit settles at 1.25W + sqrt(1.25W): 13 on 8 workers (+65% latency), 7 on 4 (+75%),
-//     always holding a queue inside the backend. 10% still sits above the noise of a window's
-//     p50 against its own windowed minimum.
+//   - SqrtHeadroom 1 -> 0, Headroom 0 -> 0.5; Buffer stays 25%. In a saturated backend of W
+//     workers Envoy's limit settles at 1.25W + sqrt(1.25W): 13 on 8 workers (+65% latency), 7
+//     on 4 (+75%), always holding a queue inside the backend. Without the sqrt term growth
+//     stops where the RTT reaches 1.25 x MinRTT; the small constant headroom keeps pushing just
+//     past that point, so the limit crosses it and drains (below) every few windows instead of
+//     resting on it, which keeps the min-RTT estimate honest. The buffer stays at Envoy's 25%:
+//     a smaller one (10% was tried) sits inside the noise of a window's median on a backend
+//     whose service time varies or a node that is busy, and the limit then drains to its floor.
 //   - Drain: when the RTT exceeds the allowance (gradient < 1), the limit becomes the
 //     concurrency the backend actually serves, L x MinRTT/RTT (Little's law), without buffer
 //     or headroom; growth keeps Envoy's formula. Envoy's decrease lands at (1+Buffer) x W plus
@@ -30,13 +34,13 @@ import "math"
 //     Envoy looks at latency only; an overloaded backend that refuses fast lowers the RTT,
 //     which would otherwise raise the limit.
 type Gradient struct {
-	// Buffer is the latency allowance over MinRTT, a fraction. Field 0.25, sidecar 0.1.
+	// Buffer is the latency allowance over MinRTT, a fraction. Field and sidecar 0.25.
 	Buffer float64 `yaml:"buffer" json:"buffer"`
 	// MinGradient and MaxGradient clamp the gradient. Field and sidecar 0.5 and 2.
 	MinGradient float64 `yaml:"minGradient" json:"minGradient"`
 	MaxGradient float64 `yaml:"maxGradient" json:"maxGradient"`
 	// SqrtHeadroom is the coefficient of sqrt(L') and Headroom a constant, both added after the
-	// gradient. Field 1 and 0, sidecar 0 and 0.
+	// gradient. Field 1 and 0, sidecar 0 and 0.5.
 	SqrtHeadroom float64 `yaml:"sqrtHeadroom" json:"sqrtHeadroom"`
 	Headroom     float64 `yaml:"headroom" json:"headroom"`
 	// Drain sets the limit to L x MinRTT/RTT (not below MinGradient x L) when the gradient is
@@ -52,7 +56,7 @@ type Gradient struct {
 
 // DefaultGradient returns the sidecar defaults.
 func DefaultGradient() Gradient {
-	return Gradient{Buffer: 0.1, MinGradient: 0.5, MaxGradient: 2, Drain: true, HoldWhenAppLimited: true, DropBackoff: 0.9}
+	return Gradient{Buffer: 0.25, MinGradient: 0.5, MaxGradient: 2, Headroom: 0.5, Drain: true, HoldWhenAppLimited: true, DropBackoff: 0.9}
 }
 
 // FieldGradient returns Envoy's defaults: buffer 25%, gradient in [0.5, 2], sqrt headroom,

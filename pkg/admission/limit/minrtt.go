@@ -1,6 +1,9 @@
 package limit
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // DefaultMinRTTWindows is a suggested span for NewMinRTT, in update windows: 10 s at the
 // adaptive strategy's 100 ms windows. The span trades two failures against each other: too
@@ -10,8 +13,9 @@ import "time"
 const DefaultMinRTTWindows = 100
 
 // MinRTT estimates the upstream's no-load latency without probe windows that shed traffic: a
-// windowed minimum over the last N update windows (a ring of per-window low statistics), so an
-// old low value ages out and the estimate follows a backend that became permanently slower.
+// low percentile (the 10th; the minimum while fewer than ten windows are known) of the
+// statistics of the last N update windows, so an old low value ages out and the estimate follows
+// a backend that became permanently slower.
 //
 // What to pass to Observe: the window's p50, the same statistic as Window.RTT, not the window's
 // minimum sample. The algorithms compare Window.RTT with this estimate, so the two must measure
@@ -20,9 +24,10 @@ const DefaultMinRTTWindows = 100
 // median. A minimum is also set by a single lucky sample (a fast error path, a cached reply)
 // and then holds for N windows, whereas scheduler noise on a busy node only ever adds latency
 // and moves a median little unless it hits most of a window's samples. The cost of the median
-// is its sampling noise: the minimum of N medians sits a little below the typical one, more so
-// with few samples per window, which is why the algorithms' sidecar defaults allow 10% over
-// MinRTT and why windows should hold a few dozen samples.
+// is its sampling noise: the minimum of N medians sits below the typical one, more so with few
+// samples per window or a noisy node, and then ordinary windows read as queued and the limit
+// drains to its floor. The 10th percentile of the windows is robust to that and still below
+// every window that carried a real queue.
 //
 // Each Observe call is one window and advances the ring, whether or not it carries a value: a
 // low below MinMeaningfulRTT (including 0, "no samples") is recorded as an empty slot, so values
@@ -32,7 +37,9 @@ const DefaultMinRTTWindows = 100
 type MinRTT struct {
 	ring []time.Duration // 0 marks an empty slot
 	next int             // slot the next Observe writes
-	min  time.Duration   // current minimum over non-empty slots, 0 if none
+	min  time.Duration   // current estimate over non-empty slots, 0 if none
+	// sorted is scratch space for the percentile.
+	sorted []time.Duration
 }
 
 // NewMinRTT returns an estimator spanning the last windows windows (at least 1).
@@ -48,24 +55,26 @@ func (m *MinRTT) Observe(low time.Duration) time.Duration {
 	if low < MinMeaningfulRTT {
 		low = 0
 	}
-	evicted := m.ring[m.next]
 	m.ring[m.next] = low
 	m.next = (m.next + 1) % len(m.ring)
-	switch {
-	case low != 0 && (m.min == 0 || low <= m.min):
-		m.min = low
-	case evicted != 0 && evicted == m.min:
-		m.min = 0
-		for _, v := range m.ring {
-			if v != 0 && (m.min == 0 || v < m.min) {
-				m.min = v
-			}
+	// The estimate is a low percentile of the remembered windows, not their minimum: a window
+	// median varies with scheduler noise and arrival luck, and the single luckiest window of the
+	// span would make every ordinary window look queued. With fewer than ten windows it is the
+	// minimum.
+	m.sorted = m.sorted[:0]
+	for _, v := range m.ring {
+		if v != 0 {
+			m.sorted = append(m.sorted, v)
 		}
+	}
+	m.min = 0
+	if len(m.sorted) > 0 {
+		slices.Sort(m.sorted)
+		m.min = m.sorted[len(m.sorted)/10]
 	}
 	return m.min
 }
 
-// Value returns the current estimate, 0 when no window in the span had a value.
 func (m *MinRTT) Value() time.Duration {
 	if m == nil {
 		return 0

@@ -1,0 +1,177 @@
+package proxy
+
+import (
+	"math"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/loadshed/loadshed/internal/config"
+	"github.com/loadshed/loadshed/pkg/admission"
+)
+
+// grpcTimeoutFormat is the grpc-timeout grammar of the gRPC over HTTP/2 specification.
+var grpcTimeoutFormat = regexp.MustCompile(`^[0-9]{1,8}[HMSmun]$`)
+
+// FuzzParseGRPCTimeout: never panics; accepts exactly the specification's grammar (1 to 8
+// digits and a unit) and returns the value times the unit, capped at the largest Duration.
+func FuzzParseGRPCTimeout(f *testing.F) {
+	for _, s := range []string{"1H", "2M", "3S", "100m", "200u", "300n", "0n", "99999999H", "00000001S", "", "S", "1", "-1S", "+1S", "1.5S", "1s", "123456789m", "1 S", "１S"} {
+		f.Add(s)
+	}
+	units := map[byte]time.Duration{'H': time.Hour, 'M': time.Minute, 'S': time.Second, 'm': time.Millisecond, 'u': time.Microsecond, 'n': time.Nanosecond}
+	f.Fuzz(func(t *testing.T, s string) {
+		d, err := parseGRPCTimeout(s)
+		if ok := grpcTimeoutFormat.MatchString(s); ok != (err == nil) {
+			t.Fatalf("%q: accepted=%v, but the grammar says %v (%v)", s, err == nil, ok, err)
+		}
+		if err != nil {
+			return
+		}
+		n, _ := strconv.ParseInt(s[:len(s)-1], 10, 64)
+		want := time.Duration(math.MaxInt64)
+		if unit := units[s[len(s)-1]]; n <= math.MaxInt64/int64(unit) {
+			want = time.Duration(n) * unit
+		}
+		if d != want {
+			t.Fatalf("%q: %v, want %v", s, d, want)
+		}
+	})
+}
+
+// FuzzParseTimeout: never panics; an accepted X-Request-Timeout is not negative, and is the Go
+// duration or the number of seconds the value says (capped at the largest Duration).
+func FuzzParseTimeout(f *testing.F) {
+	for _, s := range []string{"1.5s", "250ms", "2", "0.25", " 3 ", "0", "-1s", "soon", "1e309", "NaN", "Inf", "1e-10", "9223372036.854775807", "2562047h47m16.854775807s", "0x10", "1_000"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		d, err := parseTimeout(s)
+		if err != nil {
+			if !strings.Contains(err.Error(), strconv.Quote(strings.TrimSpace(s))) && !strings.Contains(err.Error(), "positive") {
+				t.Fatalf("%q: the error %q does not quote the value", s, err)
+			}
+			return
+		}
+		if d < 0 {
+			t.Fatalf("%q accepted as %v", s, d)
+		}
+		v := strings.TrimSpace(s)
+		if pd, perr := time.ParseDuration(v); perr == nil {
+			if d != pd {
+				t.Fatalf("%q: %v, want the Go duration %v", s, d, pd)
+			}
+			return
+		}
+		secs, perr := strconv.ParseFloat(v, 64)
+		if perr != nil {
+			t.Fatalf("%q accepted, but it is neither a duration nor a number", s)
+		}
+		if want := secs * float64(time.Second); math.Abs(float64(d)-math.Min(want, math.MaxInt64)) > math.Max(1, want*1e-9) {
+			t.Fatalf("%q: %v, want %v seconds", s, d, secs)
+		}
+	})
+}
+
+// FuzzParseRequest feeds arbitrary priority, cost, X-Request-Timeout and grpc-timeout headers to
+// the proxy's request parsing. It never panics; a refusal names one of the headers; an accepted
+// request has a known priority, a cost from 1 to maxCost (the route's cost when no header says
+// otherwise), and a deadline exactly when a timeout header was given (unless the timeout is too
+// long to represent), never before now and never later than the shorter of the two timeouts.
+func FuzzParseRequest(f *testing.F) {
+	f.Add("critical", "3", "1.5s", "100m", int64(0))
+	f.Add("SHEDDABLE-PLUS ", " 100", "2", "0n", int64(5))
+	f.Add("", "", "", "", int64(-1))
+	f.Add("urgent", "0", "-1s", "5x", int64(1))
+	f.Add("critical_plus", "101", "1e-10", "99999999H", int64(200))
+	cfg := config.Default()
+	cfg.Upstream = "http://127.0.0.1:1"
+	st, err := buildState(&cfg, nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	spec := st.spec
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	f.Fuzz(func(t *testing.T, prio, cost, timeout, grpcTimeout string, routeCost int64) {
+		r, _ := http.NewRequest("GET", "http://proxy.test/", nil)
+		r.RemoteAddr = "192.0.2.1:1234"
+		set := func(name, v string) {
+			if v != "" {
+				r.Header.Set(name, v)
+			}
+		}
+		set(spec.priorityHeader, prio)
+		set(spec.costHeader, cost)
+		set(spec.timeoutHeader, timeout)
+		set("Grpc-Timeout", grpcTimeout)
+		req, herr := spec.parseRequest(r, now, routeCost)
+		if herr != nil {
+			switch herr.header {
+			case spec.priorityHeader, spec.costHeader, spec.timeoutHeader, "grpc-timeout":
+			default:
+				t.Fatalf("refusal names %q", herr.header)
+			}
+			return
+		}
+		if req.Priority >= admission.NumPriorities {
+			t.Fatalf("priority %v", req.Priority)
+		}
+		wantCost := max(routeCost, 1)
+		if cost != "" {
+			wantCost, _ = strconv.ParseInt(strings.TrimSpace(cost), 10, 64)
+		}
+		if req.Cost != wantCost || req.Cost < 1 || cost != "" && req.Cost > spec.maxCost {
+			t.Fatalf("cost %d from header %q and route cost %d", req.Cost, cost, routeCost)
+		}
+		var limits []time.Duration
+		if timeout != "" {
+			d, _ := parseTimeout(timeout)
+			limits = append(limits, d)
+		}
+		if grpcTimeout != "" {
+			d, _ := parseGRPCTimeout(grpcTimeout)
+			limits = append(limits, d)
+		}
+		if len(limits) == 0 {
+			if !req.Deadline.IsZero() {
+				t.Fatalf("deadline %v without a timeout header", req.Deadline)
+			}
+			return
+		}
+		shortest := limits[0]
+		for _, d := range limits[1:] {
+			shortest = min(shortest, d)
+		}
+		if req.Deadline.IsZero() {
+			if shortest < 100*365*24*time.Hour {
+				t.Fatalf("no deadline for a timeout of %v", shortest)
+			}
+			return
+		}
+		if req.Deadline.Before(now) || req.Deadline.Sub(now) != shortest {
+			t.Fatalf("deadline in %v, want the shortest timeout %v", req.Deadline.Sub(now), shortest)
+		}
+	})
+}
+
+// TestExpiredGRPCDeadlineIsRefused: gRPC clients send "grpc-timeout: 0n" when their deadline has
+// already passed. Such a request is refused as past its deadline and never reaches the upstream;
+// before the fix a zero timeout read as "no deadline" and the request was served.
+func TestExpiredGRPCDeadlineIsRefused(t *testing.T) {
+	for _, admissionYAML := range []string{"  strategy: none", "  strategy: inflight\n  inflight: {limit: 4}"} {
+		g := newGate()
+		h := start(t, g, admissionYAML)
+		for _, hdr := range [][]string{{"Grpc-Timeout", "0n"}, {"Grpc-Timeout", "0S"}, {"X-Request-Timeout", "1e-10"}} {
+			res, body := get(t, h.front.URL+"/", hdr...)
+			if res.StatusCode != 503 || res.Header.Get("X-Loadshed-Reason") != "deadline" || res.Header.Get("Retry-After") == "" {
+				t.Errorf("%s %s: %d %q, want 503 deadline with Retry-After", admissionYAML, hdr, res.StatusCode, body)
+			}
+		}
+		if g.hits.Load() != 0 {
+			t.Errorf("%s: %d requests past their deadline reached the upstream", admissionYAML, g.hits.Load())
+		}
+	}
+}
