@@ -63,10 +63,10 @@ func (f *inflight) Offer(now time.Time, t *Ticket, _ *Events) Verdict {
 }
 
 func (f *inflight) Release(_ time.Time, t *Ticket, _ Outcome, _ *Events) { f.releaseNow(t.cost) }
-func (f *inflight) Cancel(time.Time, *Ticket, *Events)                  {}
-func (f *inflight) Advance(time.Time, *Events)                          {}
-func (f *inflight) Wake() time.Time                                     { return time.Time{} }
-func (f *inflight) Drain(time.Time, *Events)                            { f.draining.Store(true) }
+func (f *inflight) Cancel(time.Time, *Ticket, *Events)                   {}
+func (f *inflight) Advance(time.Time, *Events)                           {}
+func (f *inflight) Wake() time.Time                                      { return time.Time{} }
+func (f *inflight) Drain(time.Time, *Events)                             { f.draining.Store(true) }
 
 func (f *inflight) Stats(time.Time) Stats {
 	n := f.inUse.Load()
