@@ -183,6 +183,9 @@ func (s *Server) shutdown() error {
 	cfg := s.h.state.Load().cfg
 	s.draining.Store(true)
 	s.h.metrics.Draining.Set(1)
+	// Answers from now on say "Connection: close", so clients move to other pods while the
+	// endpoints update instead of reusing a connection that will close.
+	s.data.SetKeepAlivesEnabled(false)
 	s.log.Info("draining: readiness off, still serving", "drainDelay", cfg.Shutdown.DrainDelay.D())
 	time.Sleep(cfg.Shutdown.DrainDelay.D())
 

@@ -1,0 +1,24 @@
+// Package e2e is loadshed's end-to-end test on a real Kubernetes cluster (issue 7): it creates
+// a kind cluster, loads locally built images (loadshed, k6, Prometheus), installs the Helm chart
+// once per admission strategy, overloads each with k6 running as a Job inside the cluster,
+// watches the alert rules fire in an in-cluster Prometheus, replaces pods under steady load, and
+// writes a results table.
+//
+// It is its own Go module so that the Kubernetes client libraries stay out of the sidecar's
+// build. The test is behind the build tag "e2e"; run it with scripts/e2e.sh from the repository
+// root. Settings come from the environment:
+//
+//	KIND_NODE_IMAGE     kind node image; unset: the offline image from
+//	                    ../shared/tools/kind-offline when that folder exists, else kind's default
+//	PROMETHEUS_IMAGE    Prometheus image; unset: built from Debian's binary where the offline
+//	                    tools' root filesystem image exists, else the official image
+//	E2E_CLUSTER         cluster name (default loadshed-e2e-<random>)
+//	E2E_ARTIFACTS       folder for results, k6 summaries, logs (default out/e2e)
+//	E2E_STRATEGIES      comma-separated subset of the strategies (default: all)
+//	E2E_OVERLOAD        overload duration (default 30s)
+//	E2E_UNLOADED        duration of the unloaded run at 0.25x (default 10s)
+//	E2E_STEADY          duration of each steady-load run at 0.5x (default 40s; it must outlast a
+//	                    pod replacement, which the test checks)
+//	E2E_KEEP_CLUSTER    1 keeps the cluster after the run (for debugging)
+//	LOADSHED_CACHE      tool cache (default ~/.cache/loadshed)
+package e2e

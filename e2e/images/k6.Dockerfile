@@ -1,0 +1,9 @@
+# The k6 load generator for the in-cluster Job: the static, pinned k6 built by
+# scripts/install-tools.sh and the scripts of loadtest/k6. Nothing is pulled.
+# Build context (assembled by the e2e test): k6, scripts/*.js.
+FROM scratch
+COPY k6 /usr/bin/k6
+COPY scripts/ /scripts/
+USER 65532:65532
+WORKDIR /scripts
+ENTRYPOINT ["/usr/bin/k6"]
