@@ -124,7 +124,7 @@ func TestCoDelBurstAndSustained(t *testing.T) {
 // load drops, sheddable traffic gets the idle capacity again.
 func TestCriticalTrafficIsServedFirst(t *testing.T) {
 	c := Capacity{Workers: 8, Service: 20 * time.Millisecond}
-	e := start(t, c, "strategy: adaptive\nadaptive: {queue: {depth: 32, maxWait: 60ms}}\npriorities: {reserved: 0.3, reservedFor: critical}")
+	e := start(t, c, "strategy: adaptive\nadaptive: {queue: {depth: 64, maxWait: 100ms}}\npriorities: {reserved: 0.5, reservedFor: critical}")
 	mix, err := loadgen.ParseMix("X-Loadshed-Priority", "critical=30,sheddable=70", nil, 1)
 	if err != nil {
 		t.Fatal(err)

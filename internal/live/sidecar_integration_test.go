@@ -95,7 +95,9 @@ func TestOverloadWithoutAdmissionCollapsesAndInflightHolds(t *testing.T) {
 func TestTokenBucketRefusesWith429AndKeepsLatency(t *testing.T) {
 	e := start(t, eight, "strategy: token-bucket\ntokenBucket: {rate: 300, burst: 30}")
 	base := unloadedP99(t, e, eight)
-	res := runLoad(t, e, 5*eight.RPS(), 5*time.Second)
+	// The full bucket lets a burst of 30 through at the start, by design (8 workers queue it for
+	// a few service times); the bound is for the steady state that follows.
+	res := runWarm(t, e, 5*eight.RPS(), time.Second, 5*time.Second)
 	valid(t, res)
 	for code, n := range res.Codes {
 		if code != 200 && code != 429 {
