@@ -120,7 +120,10 @@ func TestVegasThresholdsLg2(t *testing.T) {
 func TestVegas(t *testing.T) {
 	const m = 20 * ms
 	t.Run("sidecar", func(t *testing.T) {
-		a := newAlg(t, NewVegas, DefaultVegas())
+		// The steps measure one request of queue exactly; the noise band is tested on its own.
+		c := DefaultVegas()
+		c.NoiseBand = 0
+		a := newAlg(t, NewVegas, c)
 		runSteps(t, a, 8, []step{
 			{"no queue: + beta (0.9)", win(m, m, 8), 8.9},
 			{"no queue: + 0.9", win(m, m, 8), 9.8},
@@ -310,7 +313,9 @@ func TestGreedShiftDynamics(t *testing.T) {
 }
 
 func TestGreedSidecar(t *testing.T) {
-	a := newAlg(t, NewGreed, DefaultGreed())
+	c := DefaultGreed()
+	c.NoiseBand = 0 // the steps measure a backlog of one exactly; the band is tested on its own
+	a := newAlg(t, NewGreed, c)
 	runSteps(t, a, 8, []step{
 		{"backlog 0: x1.25", backlogWindow(8, 0), 10},
 		{"backlog 1 = shift: decrease, not below the served 9", backlogWindow(10, 1), 9},
@@ -369,5 +374,22 @@ func TestAlgorithmsDecreaseWhenRTTRises(t *testing.T) {
 		if got := a.Update(l, win(60*ms, 20*ms, int(l))); got >= l {
 			t.Errorf("%s: RTT x3 did not lower the limit %v: %v", name, l, got)
 		}
+	}
+}
+
+// TestNoiseBand: with the sidecar defaults a window median a little above MinRTT (scheduler
+// noise, a varying service time) is no queue for vegas and greed, while a real queue still is.
+func TestNoiseBand(t *testing.T) {
+	const m = 20 * ms
+	v := newAlg(t, NewVegas, DefaultVegas())
+	if got := v.Update(8, win(22*ms, m, 8)); got <= 8 {
+		t.Errorf("vegas: RTT +10%% (noise) took the limit from 8 to %v, want growth", got)
+	}
+	if got := v.Update(8, win(30*ms, m, 8)); got >= 8 {
+		t.Errorf("vegas: RTT +50%% (a queue) left the limit at %v, want a decrease", got)
+	}
+	g := newAlg(t, NewGreed, DefaultGreed())
+	if got := g.Update(8, win(22*ms, m, 8)); got <= 8 {
+		t.Errorf("greed: RTT +10%% (noise) took the limit from 8 to %v, want growth", got)
 	}
 }

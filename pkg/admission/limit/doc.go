@@ -39,6 +39,8 @@
 //	vegas      alpha/beta/thresh.  3 / 6 / 1 (x lg)     0.9 / 0.9 / 0  the field keeps 3-6 requests queued
 //	vegas      drain               off (L - lg)         on (L - queue) follow a capacity drop in one window
 //	vegas      dropBackoff         off (L - lg)         0.9            come down fast when the backend refuses
+//	vegas      noiseBand           0                    0.15           a median 15% over MinRTT is noise, not
+//	                                                                   a queue (else it drains to the floor)
 //	gradient2  baseline            long (EMA)           minRTT         the EMA follows a standing queue, and
 //	                                                                   Gradient2 then grows without bound
 //	gradient2  rttTolerance        1.5                  1.1            1.5 lets half of W queue
@@ -58,6 +60,7 @@
 //	greed      decreaseOnEqual     off (hold)           on             "equal holds" keeps a queue standing
 //	greed      drain               off                  on             x0.75 may cut below W: lost goodput
 //	greed      floor               3                    1              a sidecar must work from 1
+//	greed      noiseBand           0                    0.15           as vegas
 //
 // # Closed-loop model (TestModelSettle)
 //

@@ -54,11 +54,14 @@ type Greed struct {
 	// Drain keeps a decrease for backlog from going below MaxInFlight - backlog. Field false,
 	// sidecar true.
 	Drain bool `yaml:"drain" json:"drain"`
+	// NoiseBand: an RTT within this share of MinRTT counts as no backlog. Field 0, sidecar 0.15
+	// (see Vegas.NoiseBand).
+	NoiseBand float64 `yaml:"noiseBand" json:"noiseBand"`
 }
 
 // DefaultGreed returns the sidecar defaults.
 func DefaultGreed() Greed {
-	return Greed{Increase: 1.25, Decrease: 0.75, Floor: 1, MinShift: 1, MaxShift: 1, DecreaseOnEqual: true, Drain: true}
+	return Greed{Increase: 1.25, Decrease: 0.75, Floor: 1, MinShift: 1, MaxShift: 1, DecreaseOnEqual: true, Drain: true, NoiseBand: 0.15}
 }
 
 // FieldGreed returns the paper's constants.
@@ -69,6 +72,7 @@ func FieldGreed() Greed {
 // Validate reports every problem, naming fields like "greed.increase".
 func (c Greed) Validate() error {
 	var errs fieldErrors
+	errs.checkRange("greed.noiseBand", c.NoiseBand, 0, 1)
 	if math.IsNaN(c.Increase) || c.Increase <= 1 || c.Increase > 100 {
 		errs.add("greed.increase", "must be greater than 1 and at most 100, got %v", c.Increase)
 	}
@@ -107,7 +111,7 @@ func (g *greed) Update(limit float64, w Window) float64 {
 			return limit
 		}
 		inflight := float64(max(w.MaxInFlight, 0))
-		backlog = queued(inflight, rtt, minRTT)
+		backlog = queued(inflight, rtt, minRTT, g.c.NoiseBand)
 		served = inflight - backlog
 	}
 	shift := float64(g.shift)

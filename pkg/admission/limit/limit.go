@@ -205,8 +205,12 @@ func (w Window) appLimited(limit float64) bool {
 // queued estimates how many of n requests in flight were waiting rather than being served,
 // from Little's law: the served share is minRTT/rtt. A tiny epsilon keeps float noise from
 // rounding an exact integer up (9*(1-8/9) must be 1, not 2).
-func queued(n, rtt, minRTT float64) float64 {
-	if rtt <= minRTT {
+//
+// An RTT within band (a share) of MinRTT counts as no queue at all: a window's median wanders
+// that much on a busy node or a backend whose service time varies, and reading it as a queue of
+// one makes the backlog-driven algorithms (vegas, greed) drain a healthy limit to its floor.
+func queued(n, rtt, minRTT, band float64) float64 {
+	if rtt <= minRTT*(1+band) {
 		return 0
 	}
 	return math.Max(0, math.Ceil(n*(1-minRTT/rtt)-1e-9))

@@ -127,8 +127,10 @@ func TestModelEstimatorInLoop(t *testing.T) {
 		for _, name := range Names() {
 			s := summarise(newModel(w, true).run(mustNew(t, name, DefaultParams()), 1, 10*DefaultMinRTTWindows, nil), 5*DefaultMinRTTWindows, w)
 			t.Logf("W=%-2d %-9s %s", w, name, s)
-			if s.Goodput < 0.95 || s.Hi >= 2*w || float64(s.Hi) > 1.25*float64(w)+1 {
-				t.Errorf("W=%d %s: with the estimator in the loop the limit settles at %s, want goodput >= 0.95 and at most 1.25W+1", w, name, s)
+			// At most 1.5W: every window then stays within half a service time of queueing
+			// (vegas and greed tolerate a 15% noise band, which on 64 workers is ten requests).
+			if s.Goodput < 0.95 || s.Hi >= 2*w || float64(s.Hi) > 1.5*float64(w)+1 {
+				t.Errorf("W=%d %s: with the estimator in the loop the limit settles at %s, want goodput >= 0.95 and at most 1.5W+1", w, name, s)
 			}
 		}
 	}

@@ -38,11 +38,15 @@ type Vegas struct {
 	// DropBackoff multiplies the limit on a drop; 0 subtracts lg instead (the field's rule).
 	// Sidecar: 0.9.
 	DropBackoff float64 `yaml:"dropBackoff" json:"dropBackoff"`
+	// NoiseBand: an RTT within this share of MinRTT counts as no queue. Field 0, sidecar 0.15:
+	// a window median wanders that much on a busy node, and with alpha and beta below one
+	// request every wander would read as a queue and drain the limit to its floor.
+	NoiseBand float64 `yaml:"noiseBand" json:"noiseBand"`
 }
 
 // DefaultVegas returns the sidecar defaults.
 func DefaultVegas() Vegas {
-	return Vegas{Alpha: 0.9, Beta: 0.9, Threshold: 0, Drain: true, DropBackoff: 0.9}
+	return Vegas{Alpha: 0.9, Beta: 0.9, Threshold: 0, Drain: true, DropBackoff: 0.9, NoiseBand: 0.15}
 }
 
 // FieldVegas returns Netflix's defaults: alpha 3, beta 6, threshold 1 (times lg), drop => L - lg.
@@ -56,6 +60,7 @@ func (c Vegas) Validate() error {
 	errs.checkRange("vegas.alpha", c.Alpha, 0, 1000)
 	errs.checkRange("vegas.beta", c.Beta, 0, 1000)
 	errs.checkRange("vegas.threshold", c.Threshold, 0, 1000)
+	errs.checkRange("vegas.noiseBand", c.NoiseBand, 0, 1)
 	if c.Beta < c.Alpha {
 		errs.add("vegas.beta", "must not be below vegas.alpha (%v), got %v", c.Alpha, c.Beta)
 	}
@@ -93,7 +98,7 @@ func (v *vegas) Update(limit float64, w Window) float64 {
 	if !ok || w.appLimited(limit) {
 		return limit
 	}
-	queue := queued(math.Floor(limit), rtt, minRTT)
+	queue := queued(math.Floor(limit), rtt, minRTT, v.c.NoiseBand)
 	switch {
 	case queue <= v.c.Threshold*lg:
 		return math.Min(limit+v.c.Beta*lg, MaxValue)
