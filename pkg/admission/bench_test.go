@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/loadshed/loadshed/pkg/admission"
+	"github.com/loadshed/loadshed/pkg/admission/limit"
 )
 
 // Benchmarks of Admit+Done on the real clock. "Serial" is uncontended; "Parallel" runs
@@ -25,6 +26,16 @@ func benchStrategies() map[string]func() admission.Core {
 		"bounded-queue": func() admission.Core {
 			return must(admission.NewBoundedQueue(admission.BoundedQueueConfig{Concurrency: 1 << 30, Depth: 64, MaxWait: time.Second}))
 		},
+		"adaptive": func() admission.Core {
+			algo, err := limit.New(limit.NameGradient, limit.DefaultParams())
+			if err != nil {
+				panic(err)
+			}
+			return must(admission.NewAdaptive(admission.AdaptiveConfig{Algorithm: algo, InitialLimit: 1 << 20, MinLimit: 1, MaxLimit: 1 << 30}))
+		},
+		"codel": func() admission.Core {
+			return must(admission.NewCoDel(admission.CoDelConfig{Concurrency: 1 << 30, Depth: 64}))
+		},
 		"chain": func() admission.Core {
 			tb := must(admission.NewTokenBucket(admission.TokenBucketConfig{Rate: 1e12, Burst: 1 << 30}))
 			q := must(admission.NewBoundedQueue(admission.BoundedQueueConfig{Concurrency: 1 << 30, Depth: 64, MaxWait: time.Second}))
@@ -34,7 +45,7 @@ func benchStrategies() map[string]func() admission.Core {
 }
 
 func BenchmarkAdmitDone(b *testing.B) {
-	for _, name := range []string{"token-bucket", "leaky-bucket", "inflight", "bounded-queue", "chain"} {
+	for _, name := range []string{"token-bucket", "leaky-bucket", "inflight", "bounded-queue", "adaptive", "codel", "chain"} {
 		mk := benchStrategies()[name]
 		b.Run(name+"/serial", func(b *testing.B) {
 			l := admission.NewLimiter(mk())
