@@ -74,8 +74,11 @@ func AllTargets(l Limits) []Target {
 	for i := range LoadshedStrategies {
 		s := &LoadshedStrategies[i]
 		settings := strings.Join(strings.Fields(strings.ReplaceAll(s.Block(l), "\n", " ")), " ")
-		if settings == "" {
+		switch {
+		case s.Name == "none":
 			settings = "no admission (proxy overhead only)"
+		case settings == "":
+			settings = "strategy " + s.Name + " with its defaults (nothing about the backend)"
 		}
 		ts = append(ts, Target{Name: "loadshed/" + s.Name, Kind: KindLoadshed, ToldCapacity: s.ToldCapacity, Settings: settings, strategy: s})
 	}
