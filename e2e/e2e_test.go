@@ -184,13 +184,13 @@ func TestKind(t *testing.T) {
 				var err error
 				o, finished, err = s.measure(ctx, name, attempt)
 				o.Attempts = attempt
-				if err != nil || attempt == maxAttempts || usable(o) == nil {
+				if err != nil || attempt == maxAttempts || criteria.Usable(o) == nil {
 					return err
 				}
 				// A run in which k6 could not keep its schedule (the node's CPU went elsewhere)
 				// says nothing about the strategy: measure again on a fresh release, once its
 				// alert has cleared.
-				s.logf("%s: %v; measuring again", name, usable(o))
+				s.logf("%s: %v; measuring again", name, criteria.Usable(o))
 				if o.Alert.Fired {
 					s.waitResolved(ctx, release(name), finished)
 				}
@@ -412,19 +412,6 @@ func releases(strategies []string) []string {
 
 // maxAttempts bounds how often a strategy is measured when k6 reports an invalid run.
 const maxAttempts = 2
-
-// usable returns why the outcome's k6 runs cannot be used, or nil.
-func usable(o criteria.Outcome) error {
-	for _, r := range []*k6summary.Summary{o.Unloaded, o.Overload} {
-		if r == nil {
-			return errors.New("a run is missing")
-		}
-		if err := r.Usable(); err != nil {
-			return err
-		}
-	}
-	return nil
-}
 
 // steadyRelease is the release whose pods are replaced under steady load.
 const steadyRelease = "e2e-steady"

@@ -95,6 +95,40 @@ func Failed(checks []Check) []string {
 	return out
 }
 
+// MinSentShare is the share of its scheduled requests a late baseline run must have sent (see
+// Usable).
+const MinSentShare = 0.95
+
+// Usable says whether both runs of an outcome can be judged, or why not: a run in which k6 did
+// not keep its schedule says nothing about a strategy. One exception: the overload run of the
+// unprotected baseline (None) may start its iterations late, as long as it sent at least
+// MinSentShare of the scheduled requests. A late generator offers less load, never more, so a
+// collapse it still shows is shown a fortiori; and it is late there precisely because every
+// request waits for the client timeout, which holds its virtual users.
+func Usable(o Outcome) error {
+	for _, r := range []*k6summary.Summary{o.Unloaded, o.Overload} {
+		if r == nil {
+			return fmt.Errorf("a run is missing")
+		}
+		if err := runUsable(o.Strategy, r, r == o.Overload); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func runUsable(strategy string, r *k6summary.Summary, overload bool) error {
+	err := r.Usable()
+	if err == nil || strategy != None || !overload {
+		return err
+	}
+	scheduled := r.OfferedRPS * r.DurationS
+	if !(scheduled > 0) || float64(r.Requests) < MinSentShare*scheduled {
+		return fmt.Errorf("%w; sent %d of %.0f scheduled requests, fewer than %g", err, r.Requests, scheduled, MinSentShare)
+	}
+	return nil
+}
+
 // Judge returns every check issue 7 asks of the outcome's strategy.
 func Judge(o Outcome, l Limits) []Check {
 	var cs []Check
@@ -107,7 +141,7 @@ func Judge(o Outcome, l Limits) []Check {
 	}
 	u, s := o.Unloaded, o.Overload
 	for _, r := range []*k6summary.Summary{u, s} {
-		err := r.Usable()
+		err := runUsable(o.Strategy, r, r == s)
 		add(r.Script+" run valid", err == nil, "%v", orOK(err))
 	}
 	add("unloaded: every request 2xx", u.Requests > 0 && u.OK == u.Requests,

@@ -1,6 +1,7 @@
 package criteria
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -20,7 +21,7 @@ func unloaded() *k6summary.Summary {
 // overload is a 3x run of a strategy that keeps goodput and latency; tests spoil one field.
 func overload() *k6summary.Summary {
 	return &k6summary.Summary{
-		Script: "overload", Valid: true, Requests: 18000, OK: 5400, Goodput: 5390, Shed: 12600,
+		Script: "overload", OfferedRPS: 600, DurationS: 30, Valid: true, Requests: 18000, OK: 5400, Goodput: 5390, Shed: 12600,
 		ShedByStatus: map[string]int64{"429": 0, "503": 12600}, ShedShare: 0.7,
 		RetryAfter: 12600, RetryAfterCoverage: f(1),
 		GoodputRPS: 179.7, GoodputRatio: f(0.898),
@@ -115,6 +116,48 @@ func TestBoundedQueueServiceUnderLoad(t *testing.T) {
 	l.ServiceMs = 31
 	if got := Failed(Judge(o, l)); len(got) != 0 {
 		t.Fatalf("with the no-queue service time under load (80 + 31 = 111 ms) 110 ms must pass; failed %v", got)
+	}
+}
+
+// TestLateBaseline: only the unprotected baseline's overload run may be late, and only when it
+// still sent nearly every scheduled request.
+func TestLateBaseline(t *testing.T) {
+	late := func(strategy string, sent int64) Outcome {
+		o := Outcome{Strategy: strategy, Unloaded: unloaded(), Overload: overload()}
+		if strategy == None {
+			o.Overload.Shed, o.Overload.ShedShare, o.Overload.RetryAfterCoverage = 0, 0, nil
+			o.Overload.GoodputRatio, o.Overload.AdmittedMs.P99 = f(0.01), f(990)
+		} else {
+			o.Alert = fired()
+		}
+		o.Overload.Valid, o.Overload.InvalidReason = false, "iterations started 161 ms late at p99 (limit 100 ms)"
+		o.Overload.Requests = sent
+		return o
+	}
+	for _, c := range []struct {
+		name string
+		o    Outcome
+		ok   bool
+	}{
+		{"baseline late, all sent", late(None, 17748), true},
+		{"baseline late, too few sent", late(None, 16000), false},
+		{"inflight late, all sent", late(Inflight, 17748), false},
+		{"adaptive late, all sent", late(Adaptive, 18000), false},
+	} {
+		err := Usable(c.o)
+		if (err == nil) != c.ok {
+			t.Errorf("%s: Usable = %v, want usable %v", c.name, err, c.ok)
+		}
+		failed := Failed(Judge(c.o, DefaultLimits()))
+		if got := slices.Contains(failed, "overload run valid"); got == c.ok {
+			t.Errorf("%s: failed checks %q: the validity check must agree with Usable", c.name, failed)
+		}
+	}
+	// An unloaded baseline run gets no such exception.
+	o := late(None, 17748)
+	o.Unloaded.Valid, o.Unloaded.InvalidReason = false, "k6 dropped 2 iterations"
+	if Usable(o) == nil {
+		t.Error("a late unloaded run must not be usable, baseline or not")
 	}
 }
 
