@@ -53,8 +53,8 @@ func TestAdaptiveFindsCapacity(t *testing.T) {
 	}
 }
 
-// bestOfTwo runs a measurement and, when it misses a bound, runs it once more on a fresh
-// environment and judges that one. Load generator, proxy and backend share two cores with
+// bestOfTwo runs a measurement and, when it misses a bound, runs it once more and judges that
+// one. Load generator, proxy and backend share two cores with
 // whatever else the machine runs; such interference only adds latency and late starts, never
 // removes them, so one clean run shows what the system does and one noisy run proves nothing.
 // Both runs are logged. A strategy that misses the bound by itself misses it twice.
