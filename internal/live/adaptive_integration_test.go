@@ -173,6 +173,7 @@ func TestCriticalTrafficIsServedFirst(t *testing.T) {
 		t.Fatalf("tags %v", over.Tags)
 	}
 	critOK := float64(crit.Success) / float64(crit.Offered)
+	t.Logf("critical: %+v", *crit)
 	t.Logf("RESULT priorities at 3x: critical success %.4f (%d/%d), sheddable success %.3f",
 		critOK, crit.Success, crit.Offered, float64(shed.Success)/float64(shed.Offered))
 	if critOK < 0.99 {

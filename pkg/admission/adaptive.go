@@ -180,7 +180,7 @@ func (c *controller) sample(now time.Time, rtt time.Duration, o Outcome, cur flo
 	}
 	next := cur
 	if n > 0 {
-		w := limit.Window{Samples: len(c.rtts), Dropped: c.dropped, MaxInFlight: c.maxInFlight, Backlog: backlog}
+		w := limit.Window{Samples: len(c.rtts), Dropped: c.dropped, MaxInFlight: c.maxInFlight, Backlog: backlog, Duration: elapsed}
 		if len(c.rtts) > 0 {
 			slices.Sort(c.rtts)
 			w.RTT = c.rtts[len(c.rtts)/2]

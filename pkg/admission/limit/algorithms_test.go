@@ -188,6 +188,28 @@ func TestGradient(t *testing.T) {
 			{"MinRTT unknown: hold", win(m, 0, 4), l3 / 2 * 0.9},
 		})
 	})
+	t.Run("sidecar drain floored at what the window served", func(t *testing.T) {
+		a := newAlg(t, NewGradient, DefaultGradient())
+		// Recorded at 3x on 8 workers x 20 ms: the limit had reached 13, the window's median
+		// (35.2 ms) still held requests admitted under a higher limit, and 40 completions in
+		// 104.3 ms at a MinRTT of 20.6 ms say the backend served 7.9 at once.
+		w := Window{Samples: 40, RTT: 35200 * time.Microsecond, MinRTT: 20600 * time.Microsecond, MaxInFlight: 13, Duration: 104300 * time.Microsecond}
+		served := 40 / 0.1043 * 0.0206
+		if got := a.Update(13, w); math.Abs(got-served) > 1e-9 {
+			t.Errorf("drain: %v, want the served %v (L x MinRTT/RTT alone is %v)", got, served, 13*20.6/35.2)
+		}
+		// Without a duration the window says nothing about throughput: L x MinRTT/RTT.
+		w.Duration = 0
+		if got, want := a.Update(13, w), 13*20.6/35.2; math.Abs(got-want) > 1e-9 {
+			t.Errorf("no duration: %v, want %v", got, want)
+		}
+		// The floor never raises the limit: more served than the limit (a window that spans a
+		// limit change) drains to the limit itself at most.
+		w.Duration, w.Samples = 50*time.Millisecond, 60
+		if got := a.Update(10, w); got != 10 {
+			t.Errorf("served above the limit: %v, want 10", got)
+		}
+	})
 	t.Run("sidecar app-limited may still decrease", func(t *testing.T) {
 		a := newAlg(t, NewGradient, DefaultGradient())
 		if got := a.Update(10, win(40*ms, m, 2)); got != 5 {

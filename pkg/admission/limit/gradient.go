@@ -27,6 +27,9 @@ import "math"
 //     then takes the queued latency for the no-load latency and the limit climbs again, without
 //     bound (shown by the closed-loop model test). Landing at W empties the queue once per
 //     cycle, keeps MinRTT honest, and follows a capacity drop in one window.
+//     The drain does not go below the concurrency the window actually served (completions per
+//     second x MinRTT, Little's law again): the window's median lags the limit, and without
+//     that floor a drain from a high limit landed at 0.9 W and left a queued request waiting.
 //   - HoldWhenAppLimited: a window whose demand did not test the limit (MaxInFlight*2 < L) may
 //     lower it but not raise it. Envoy raises the limit by up to 2x per quiet window, so after
 //     a quiet minute the limit sits at its maximum and the next burst meets no protection.
@@ -100,7 +103,13 @@ func (g *gradient) Update(limit float64, w Window) float64 {
 	}
 	grad := math.Min(math.Max(minRTT*(1+g.c.Buffer)/rtt, g.c.MinGradient), g.c.MaxGradient)
 	if g.c.Drain && grad < 1 {
-		return limit * math.Max(minRTT/rtt, g.c.MinGradient)
+		next := limit * math.Max(minRTT/rtt, g.c.MinGradient)
+		// The window's RTT lags the limit (it holds requests admitted under a higher one), so
+		// L x MinRTT/RTT can land below what the upstream serves; never drain below that.
+		if served, ok := w.served(minRTT); ok {
+			next = math.Max(next, math.Min(served, limit))
+		}
+		return next
 	}
 	l := limit * grad
 	next := math.Min(l+g.c.SqrtHeadroom*math.Sqrt(l)+g.c.Headroom, MaxValue)

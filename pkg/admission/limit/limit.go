@@ -15,6 +15,17 @@ type Window struct {
 	MinRTT      time.Duration // the no-load latency estimate from the MinRTT estimator (0 if unknown yet)
 	MaxInFlight int           // the most requests in flight at once during the window
 	Backlog     int           // requests waiting in the limiter's own queue at the window's end
+	Duration    time.Duration // how long the window lasted (0 if unknown)
+}
+
+// served is the concurrency the upstream actually served during the window by Little's law:
+// completions per second times the no-load latency. With a queue inside the upstream it is the
+// upstream's own concurrency, whatever the limit was. ok is false when the window does not say.
+func (w Window) served(minRTT float64) (float64, bool) {
+	if w.Duration <= 0 || w.Samples < 2 || !(minRTT > 0) {
+		return 0, false
+	}
+	return float64(w.Samples) / w.Duration.Seconds() * minRTT, true
 }
 
 // Algorithm computes a new concurrency limit from the current one and a window of samples.
