@@ -35,10 +35,7 @@ func TestAdaptiveFindsCapacity(t *testing.T) {
 						g := res.GoodputRPS / c.RPS()
 						t.Logf("RESULT adaptive W=%d %gx: goodput/C %.3f, p99 %s (unloaded %s), shed %.1f%%, late starts %d",
 							c.Workers, m, g, res.AdmittedLatency.P99, base, 100*res.ShedShare, res.LateStarts)
-						var problems []string
-						if !res.Valid {
-							problems = append(problems, fmt.Sprintf("the load generator fell behind (%s): the point is invalid", res.InvalidReason))
-						}
+						problems := invalid(res)
 						if g < 0.90 {
 							problems = append(problems, fmt.Sprintf("goodput %.3f of capacity, want at least 0.90", g))
 						}
@@ -136,10 +133,7 @@ func TestCoDelBurstAndSustained(t *testing.T) {
 		sustained := runWarm(t, e, 3*c.RPS(), time.Second, 5*time.Second)
 		t.Logf("RESULT codel sustained 3x: goodput/C %.3f, p99 %s (unloaded %s), shed %.1f%%",
 			sustained.GoodputRPS/c.RPS(), sustained.AdmittedLatency.P99, base, 100*sustained.ShedShare)
-		var problems []string
-		if !sustained.Valid {
-			problems = append(problems, fmt.Sprintf("the load generator fell behind (%s): the point is invalid", sustained.InvalidReason))
-		}
+		problems := invalid(sustained)
 		if sustained.Shed == 0 {
 			problems = append(problems, "sustained overload must be shed")
 		}

@@ -48,9 +48,17 @@ func runWarm(t *testing.T, e *Env, rate float64, warmup, d time.Duration) *loadg
 // nothing either way.
 func valid(t *testing.T, res *loadgen.Result) {
 	t.Helper()
-	if !res.Valid {
-		t.Fatalf("the load generator fell behind (%s): the point is invalid", res.InvalidReason)
+	for _, p := range invalid(res) {
+		t.Fatal(p)
 	}
+}
+
+// invalid returns, as a problem for bestOfTwo, that the generator could not keep its schedule.
+func invalid(res *loadgen.Result) []string {
+	if res.Valid {
+		return nil
+	}
+	return []string{fmt.Sprintf("the load generator fell behind (%s): the point is invalid", res.InvalidReason)}
 }
 
 // unloadedP99 measures the admitted p99 at a quarter of capacity, in the same environment. A
@@ -86,10 +94,7 @@ func TestOverloadWithoutAdmissionCollapsesAndInflightHolds(t *testing.T) {
 		if res.Codes[503] == 0 || res.TransportErrors != 0 || res.Timeouts != 0 {
 			t.Errorf("codes %v, transport errors %d, timeouts %d: want only 200 and 503", res.Codes, res.TransportErrors, res.Timeouts)
 		}
-		var problems []string
-		if !res.Valid {
-			problems = append(problems, fmt.Sprintf("the load generator fell behind (%s): the point is invalid", res.InvalidReason))
-		}
+		problems := invalid(res)
 		if g := res.GoodputRPS / eight.RPS(); g < 0.85 {
 			problems = append(problems, fmt.Sprintf("inflight at 5x: goodput %.2f of capacity, want at least 0.85", g))
 		}
@@ -119,10 +124,7 @@ func TestTokenBucketRefusesWith429AndKeepsLatency(t *testing.T) {
 		if ok := float64(res.Codes[200]) / res.Duration.Seconds(); ok < 270 || ok > 330 {
 			t.Errorf("admitted %.0f rps, want about the bucket's 300", ok)
 		}
-		var problems []string
-		if !res.Valid {
-			problems = append(problems, fmt.Sprintf("the load generator fell behind (%s): the point is invalid", res.InvalidReason))
-		}
+		problems := invalid(res)
 		if p99 := res.AdmittedLatency.P99; p99 >= 2*base {
 			problems = append(problems, fmt.Sprintf("admitted p99 %s, want under 2 x unloaded p99 (%s)", p99, base))
 		}

@@ -40,32 +40,22 @@ func (k *Kube) dumpNamespace(ctx context.Context, dir, ns string) error {
 			errs = append(errs, fmt.Errorf("%s/%s: %w", ns, name, err))
 		}
 	}
+	// save writes what a List returned, or keeps the error of listing it.
+	save := func(name string) func(any, error) {
+		return func(l any, err error) {
+			if err != nil {
+				errs = append(errs, err)
+				return
+			}
+			write(name, l)
+		}
+	}
 	lo := metav1.ListOptions{}
-	if l, err := k.CS.AppsV1().Deployments(ns).List(ctx, lo); err == nil {
-		write("deployments.yaml", l)
-	} else {
-		errs = append(errs, err)
-	}
-	if l, err := k.CS.AppsV1().ReplicaSets(ns).List(ctx, lo); err == nil {
-		write("replicasets.yaml", l)
-	} else {
-		errs = append(errs, err)
-	}
-	if l, err := k.CS.BatchV1().Jobs(ns).List(ctx, lo); err == nil {
-		write("jobs.yaml", l)
-	} else {
-		errs = append(errs, err)
-	}
-	if l, err := k.CS.CoreV1().Services(ns).List(ctx, lo); err == nil {
-		write("services.yaml", l)
-	} else {
-		errs = append(errs, err)
-	}
-	if l, err := k.CS.DiscoveryV1().EndpointSlices(ns).List(ctx, lo); err == nil {
-		write("endpointslices.yaml", l)
-	} else {
-		errs = append(errs, err)
-	}
+	save("deployments.yaml")(k.CS.AppsV1().Deployments(ns).List(ctx, lo))
+	save("replicasets.yaml")(k.CS.AppsV1().ReplicaSets(ns).List(ctx, lo))
+	save("jobs.yaml")(k.CS.BatchV1().Jobs(ns).List(ctx, lo))
+	save("services.yaml")(k.CS.CoreV1().Services(ns).List(ctx, lo))
+	save("endpointslices.yaml")(k.CS.DiscoveryV1().EndpointSlices(ns).List(ctx, lo))
 	if ev, err := k.CS.CoreV1().Events(ns).List(ctx, lo); err == nil {
 		errs = append(errs, os.WriteFile(filepath.Join(dir, "events.txt"), []byte(formatEvents(ev.Items)), 0o644))
 	} else {
