@@ -5,16 +5,6 @@
 // Run `backend --help` for the flags; see package internal/backend for the behaviour.
 package main
 
-import (
-	"context"
-	"os"
-	"os/signal"
-	"syscall"
-)
+import "github.com/loadshed/loadshed/internal/cli"
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := exitCode(run(ctx, os.Args[1:], os.Stdout, os.Stderr), os.Stderr)
-	stop()
-	os.Exit(code)
-}
+func main() { cli.Main("backend", run) }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -14,29 +13,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/loadshed/loadshed/internal/backend"
+	"github.com/loadshed/loadshed/internal/cli"
 	"github.com/loadshed/loadshed/internal/version"
 )
-
-// usageError is a problem with the command line; it exits with status 2.
-type usageError struct{ msg string }
-
-func (e *usageError) Error() string { return e.msg }
-
-// exitCode reports err on stderr and returns the process exit status: 0 for success or --help,
-// 2 for a bad command line, 1 for anything else (including a failed --get).
-func exitCode(err error, stderr io.Writer) int {
-	var ue *usageError
-	switch {
-	case err == nil, errors.Is(err, flag.ErrHelp):
-		return 0
-	case errors.As(err, &ue):
-		fmt.Fprintf(stderr, "backend: %v\nRun 'backend --help' for usage.\n", err)
-		return 2
-	default:
-		fmt.Fprintf(stderr, "backend: %v\n", err)
-		return 1
-	}
-}
 
 // flagOf maps Config field names (as in errors and the admin JSON) to flag names.
 var flagOf = map[string]string{
@@ -76,14 +55,8 @@ Flags:
 	expect := fs.Int("expect-status", 0, "with --get: exit 0 only on this `status` instead of any 2xx")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return &usageError{err.Error()} // the flag package has printed the details
-	}
-	if fs.NArg() > 0 {
-		return &usageError{fmt.Sprintf("unexpected arguments: %q", fs.Args())}
+	if err := cli.Parse(fs, args); err != nil {
+		return err // the flag package has printed the details
 	}
 	if *showVersion {
 		fmt.Fprintln(stdout, version.String("backend"))
@@ -93,10 +66,10 @@ Flags:
 		return backend.Probe(ctx, *get, *expect, backend.ProbeTimeout, stdout)
 	}
 	if *expect != 0 {
-		return &usageError{"--expect-status: only with --get"}
+		return cli.Usagef("--expect-status: only with --get")
 	}
 	if *shutdown < 0 {
-		return &usageError{fmt.Sprintf("--shutdown-timeout: must be >= 0, got %s", *shutdown)}
+		return cli.Usagef("--shutdown-timeout: must be >= 0, got %s", *shutdown)
 	}
 	if err := cfg.Validate(); err != nil {
 		var lines []string
@@ -107,7 +80,7 @@ Flags:
 			}
 			lines = append(lines, field+": "+problem)
 		}
-		return &usageError{"invalid flags:\n  " + strings.Join(lines, "\n  ")}
+		return cli.Usagef("%s", "invalid flags:\n  "+strings.Join(lines, "\n  "))
 	}
 
 	reg := prometheus.NewRegistry()

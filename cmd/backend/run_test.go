@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/loadshed/loadshed/internal/cli"
 )
 
 // syncBuffer is a bytes.Buffer safe for one writer and one reader goroutine.
@@ -37,7 +39,7 @@ func (s *syncBuffer) String() string {
 func runArgs(args ...string) (stdout, stderr string, code int) {
 	var out, errb bytes.Buffer
 	err := run(context.Background(), args, &out, &errb)
-	code = exitCode(err, &errb)
+	code = cli.ExitCode("backend", err, &errb)
 	return out.String(), errb.String(), code
 }
 

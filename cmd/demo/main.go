@@ -9,32 +9,21 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
+	"github.com/loadshed/loadshed/internal/cli"
+	"github.com/loadshed/loadshed/internal/config"
 	"github.com/loadshed/loadshed/internal/live"
 	"github.com/loadshed/loadshed/internal/loadgen"
 	"github.com/loadshed/loadshed/internal/version"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "demo:", err)
-		}
-		os.Exit(1)
-	}
-}
+func main() { cli.Main("demo", run) }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
@@ -48,7 +37,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	loads := fs.String("loads", "0.5,2,5", "offered loads, as multiples of the backend's capacity")
 	strategies := fs.String("strategies", strings.Join(live.StrategyOrder, ","), "strategies to show")
 	showVersion := fs.Bool("version", false, "print the version and exit")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	if *showVersion {
@@ -59,7 +48,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	for _, f := range strings.Split(*loads, ",") {
 		m, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
 		if err != nil || m <= 0 || m > 50 {
-			return fmt.Errorf("--loads: %q is not a multiple between 0 and 50", f)
+			return cli.Usagef("--loads: %q is not a multiple between 0 and 50", f)
 		}
 		mults = append(mults, m)
 	}
@@ -69,10 +58,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	for _, n := range names {
 		// "adaptive/vegas" selects the adaptive strategy with another limit algorithm.
 		if algo, ok := strings.CutPrefix(n, "adaptive/"); ok {
-			policies[n] = "strategy: adaptive\nadaptive: {algorithm: " + algo + "}"
+			a := config.DefaultAdaptive()
+			a.Algorithm = algo
+			policies[n] = config.Use(&a)
 		}
-		if _, ok := policies[n]; !ok {
-			return fmt.Errorf("--strategies: unknown strategy %q (want some of %s, or adaptive/ALGORITHM)", n, strings.Join(live.StrategyOrder, ","))
+		p, ok := policies[n]
+		if !ok {
+			return cli.Usagef("--strategies: unknown strategy %q (want some of %s, or adaptive/ALGORITHM)", n, strings.Join(config.Strategies, ","))
+		}
+		if _, err := p.Build(); err != nil {
+			return cli.Usagef("--strategies: %s: %v", n, err)
 		}
 	}
 	fmt.Fprintf(stdout, "backend: %d workers x %s = capacity %.0f rps; SLO %s; client timeout %s; each run: %s warm-up, then %s measured\n\n",

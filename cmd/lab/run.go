@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -14,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/loadshed/loadshed/internal/cli"
 	"github.com/loadshed/loadshed/internal/lab"
 	"github.com/loadshed/loadshed/internal/version"
 )
@@ -35,7 +35,7 @@ Run "lab <command> -h" for a command's flags. "lab --version" prints the version
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
-		return errors.New("no command given")
+		return cli.Usagef("no command given")
 	}
 	switch cmd, rest := args[0], args[1:]; cmd {
 	case "--version", "-version", "version":
@@ -56,7 +56,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runTrace(rest, stdout, stderr)
 	default:
 		fmt.Fprint(stderr, usage)
-		return fmt.Errorf("unknown command %q", cmd)
+		return cli.Usagef("unknown command %q", cmd)
 	}
 }
 
@@ -66,15 +66,7 @@ func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
-func parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%s: unexpected argument %q", fs.Name(), fs.Arg(0))
-	}
-	return nil
-}
+func parse(fs *flag.FlagSet, args []string) error { return cli.Parse(fs, args) }
 
 // listFlag collects a repeatable flag.
 type listFlag []string
@@ -130,6 +122,10 @@ func report(dir, title string, results []lab.Named, extended, noCharts bool, std
 	fmt.Fprintf(stderr, "lab: wrote %s\n", strings.Join(files, " "))
 	return nil
 }
+
+// scenarioSized are the strategies run and sweep show when none is given, each sized for the
+// scenario's backend: the ones an operator configures from the backend's capacity, and none.
+var scenarioSized = []string{"none", "token-bucket", "leaky-bucket", "bounded-queue", "inflight"}
 
 // scenarioFlags are the workload and backend flags shared by run, sweep and compare.
 type scenarioFlags struct {
@@ -203,25 +199,45 @@ type strategyFlags struct {
 }
 
 func (f *strategyFlags) register(fs *flag.FlagSet, defaults string) {
-	fs.Var(&f.specs, "strategy", "a strategy spec, repeatable: none, inflight:limit=8, token-bucket:rate=400,burst=32, leaky-bucket:rate=400,depth=25, bounded-queue:concurrency=8,depth=32,maxWait=80ms, or stages joined with + (a chain) (default "+defaults+")")
+	fs.Var(&f.specs, "strategy", "a strategy: an admission block as the proxy's config file spells it, e.g. '{strategy: inflight, inflight: {limit: 8}}', "+
+		"'{strategy: chain, chain: [{tokenBucket: {rate: 300, burst: 30}}, {inflight: {limit: 8}}]}', or a bare name for one with defaults (none, adaptive, codel); repeatable (default "+defaults+")")
 	fs.Var(&f.configs, "config", "a proxy config file (YAML) whose admission policy to run, repeatable")
+}
+
+// defaultStrategies are what a command runs when no strategy is given: explicit specs, or
+// strategies sized for the scenario's backend (lab.ScenarioStrategies).
+type defaultStrategies struct {
+	specs []string
+	sized []string
+}
+
+func (d defaultStrategies) String() string {
+	if len(d.specs) > 0 {
+		return strings.Join(d.specs, " ")
+	}
+	return strings.Join(d.sized, ", ") + ", sized for the scenario's servers by Little's law"
 }
 
 // strategies returns the selected strategies; a config file's upstreamTimeout applies unless
 // --upstream-timeout was given.
-func (f *strategyFlags) strategies(defaults []string, sc *lab.Scenario, upstreamSet bool) ([]lab.Strategy, error) {
-	specs := f.specs
-	if len(specs) == 0 && len(f.configs) == 0 {
-		specs = defaults
+func (f *strategyFlags) strategies(defaults defaultStrategies, sc *lab.Scenario, upstreamSet bool) ([]lab.Strategy, error) {
+	var out []lab.Strategy
+	var err error
+	switch {
+	case len(f.specs) > 0 || len(f.configs) > 0:
+		out, err = lab.ParseStrategies(f.specs)
+	case len(defaults.specs) > 0:
+		out, err = lab.ParseStrategies(defaults.specs)
+	default:
+		out, err = lab.ScenarioStrategies(*sc, defaults.sized)
 	}
-	out, err := lab.ParseStrategies(specs)
 	if err != nil {
-		return nil, fmt.Errorf("--strategy: %w", err)
+		return nil, cli.UsageError{Err: fmt.Errorf("--strategy: %w", err)}
 	}
 	for _, path := range f.configs {
 		cs, err := lab.StrategyFromConfig(path)
 		if err != nil {
-			return nil, fmt.Errorf("--config: %w", err)
+			return nil, cli.UsageError{Err: fmt.Errorf("--config: %w", err)}
 		}
 		if !upstreamSet {
 			sc.UpstreamTimeout = cs.UpstreamTimeout
@@ -236,17 +252,17 @@ type command struct {
 	fs       *flag.FlagSet
 	sf       scenarioFlags
 	st       strategyFlags
-	defaults []string
+	defaults defaultStrategies
 	out      *string
 	noCharts *bool
 	quiet    *bool
 }
 
 // newCommand registers the shared flags; outDir "" means the command writes no files.
-func newCommand(name string, stderr io.Writer, defaults []string, timeout, slo time.Duration, outDir string) *command {
+func newCommand(name string, stderr io.Writer, defaults defaultStrategies, timeout, slo time.Duration, outDir string) *command {
 	c := &command{fs: newFlagSet(name, stderr), defaults: defaults}
 	c.sf.register(c.fs, timeout, slo)
-	c.st.register(c.fs, strings.Join(defaults, ", "))
+	c.st.register(c.fs, defaults.String())
 	if outDir != "" {
 		c.out = c.fs.String("out", outDir, "directory for the CSV files and the charts")
 		c.noCharts = c.fs.Bool("no-charts", false, "skip the PNG charts")
@@ -262,7 +278,7 @@ func (c *command) setup(args []string) (lab.Scenario, []lab.Strategy, error) {
 	}
 	sc, err := c.sf.scenario()
 	if err != nil {
-		return sc, nil, err
+		return sc, nil, cli.UsageError{Err: err}
 	}
 	strategies, err := c.st.strategies(c.defaults, &sc, flagSet(c.fs, "upstream-timeout"))
 	return sc, strategies, err
@@ -291,7 +307,7 @@ func progressLine(w io.Writer) func(lab.Progress) {
 }
 
 func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	c := newCommand("run", stderr, []string{"none", "token-bucket", "leaky-bucket", "bounded-queue", "inflight"}, 0, 0, filepath.Join("out", "lab"))
+	c := newCommand("run", stderr, defaultStrategies{sized: scenarioSized}, 0, 0, filepath.Join("out", "lab"))
 	arrivals := c.fs.String("arrivals", "poisson:rate=400", "arrivals: constant:rate=R, poisson:rate=R, ramp:from=R,to=R[,steps=N], spike:base=R,peak=R,at=D,for=D (ramp/spike take poisson=true), trace:FILE")
 	duration := c.fs.Duration("duration", 10*time.Second, "how long generated arrivals go on")
 	requests := c.fs.Int("requests", 0, "stop after this many fresh requests (0 = no cap)")
@@ -352,7 +368,7 @@ func parseLoads(s string) ([]float64, error) {
 }
 
 func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	c := newCommand("sweep", stderr, []string{"none", "token-bucket", "leaky-bucket", "bounded-queue", "inflight"}, time.Second, 500*time.Millisecond, filepath.Join("out", "sweep"))
+	c := newCommand("sweep", stderr, defaultStrategies{sized: scenarioSized}, time.Second, 500*time.Millisecond, filepath.Join("out", "sweep"))
 	capacity := c.fs.Float64("capacity", 0, "backend capacity in requests/s (0 = servers / mean service time)")
 	loadList := c.fs.String("loads", "0.25,0.5,0.75,1,1.25,1.5,2,3,4,6,8,10", "offered loads as multiples of capacity")
 	duration := c.fs.Duration("duration", 20*time.Second, "how long each point offers requests")
@@ -449,7 +465,7 @@ func writeSweepTable(w io.Writer, points []lab.SweepPoint) error {
 }
 
 func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	c := newCommand("compare", stderr, lab.DefaultCompareSpecs(), 2*time.Second, 0, "")
+	c := newCommand("compare", stderr, defaultStrategies{specs: lab.DefaultCompareSpecs()}, 2*time.Second, 0, "")
 	capacity := c.fs.Float64("capacity", 0, "backend capacity in requests/s (0 = servers / mean service time)")
 	load := c.fs.Float64("load", 2, "offered load as a multiple of capacity")
 	duration := c.fs.Duration("duration", 10*time.Second, "how long requests are offered")

@@ -5,11 +5,12 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"github.com/loadshed/loadshed/internal/lab"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/loadshed/loadshed/internal/lab"
 )
 
 func runLab(t *testing.T, args ...string) (string, string, error) {
@@ -73,7 +74,7 @@ func TestRunCommandWithTraceAndConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	outDir := filepath.Join(dir, "out")
-	out, _, err := runLab(t, "run", "--arrivals", "trace:"+trace, "--config", cfg, "--strategy", "inflight:limit=4",
+	out, _, err := runLab(t, "run", "--arrivals", "trace:"+trace, "--config", cfg, "--strategy", "{strategy: inflight, inflight: {limit: 4}}",
 		"--servers", "4", "--timeout", "500ms", "--retries", "2", "--jitter", "--out", outDir, "--quiet")
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +98,7 @@ func TestRunCommandWithTraceAndConfig(t *testing.T) {
 
 func TestSweepCommand(t *testing.T) {
 	dir := t.TempDir()
-	out, _, err := runLab(t, "sweep", "--strategy", "inflight", "--strategy", "none", "--loads", "0.5,3",
+	out, _, err := runLab(t, "sweep", "--strategy", "{strategy: inflight, inflight: {limit: 8}}", "--strategy", "none", "--loads", "0.5,3",
 		"--duration", "2s", "--out", dir, "--quiet")
 	if err != nil {
 		t.Fatal(err)
@@ -134,7 +135,7 @@ func TestBadInvocations(t *testing.T) {
 	}{
 		{nil, "no command"},
 		{[]string{"simulate"}, "unknown command"},
-		{[]string{"run", "--strategy", "fifo"}, "unknown kind"},
+		{[]string{"run", "--strategy", "fifo"}, "unknown strategy"},
 		{[]string{"run", "--arrivals", "poisson"}, "rate: required"},
 		{[]string{"run", "--service", "constant:soon"}, "--service"},
 		{[]string{"run", "--retry-on", "always"}, "--retry-on"},

@@ -16,33 +16,17 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 
+	"github.com/loadshed/loadshed/internal/cli"
 	"github.com/loadshed/loadshed/internal/loadgen"
 	"github.com/loadshed/loadshed/internal/version"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	switch {
-	case err == nil:
-	case errors.Is(err, flag.ErrHelp):
-	case errors.As(err, new(usageError)):
-		fmt.Fprintln(os.Stderr, "loadgen:", err)
-		os.Exit(2)
-	default:
-		fmt.Fprintln(os.Stderr, "loadgen:", err)
-		os.Exit(1)
-	}
-}
+func main() { cli.Main("loadgen", run) }
 
-// usageError marks a problem with the command line.
-type usageError struct{ error }
+// usageError marks a problem with the command line (exit status 2).
+type usageError = cli.UsageError
 
 // headerFlags collects repeated --header "Name: value" flags.
 type headerFlags http.Header
@@ -84,30 +68,30 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
-		return usageError{err}
+		return usageError{Err: err}
 	}
 	if *showVersion {
 		_, err := fmt.Fprintln(stdout, version.String("loadgen"))
 		return err
 	}
 	if fs.NArg() > 0 {
-		return usageError{fmt.Errorf("unexpected arguments %q", fs.Args())}
+		return usageError{Err: fmt.Errorf("unexpected arguments %q", fs.Args())}
 	}
 
 	var sched loadgen.Schedule
 	switch {
 	case *phases != "" && (*rate != 0 || *duration != 0):
-		return usageError{errors.New("--phases cannot be combined with --rate or --duration")}
+		return usageError{Err: errors.New("--phases cannot be combined with --rate or --duration")}
 	case *phases != "":
 		ps, err := loadgen.ParsePhases(*phases)
 		if err != nil {
-			return usageError{fmt.Errorf("--phases: %w", err)}
+			return usageError{Err: fmt.Errorf("--phases: %w", err)}
 		}
 		sched = loadgen.Phases(ps...)
 	case *rate > 0 && *duration > 0:
 		sched = loadgen.ConstantRate(*rate, *duration)
 	default:
-		return usageError{errors.New("give --rate and --duration, or --phases")}
+		return usageError{Err: errors.New("give --rate and --duration, or --phases")}
 	}
 	if *seed != 0 {
 		sched = sched.WithPoisson(*seed)
@@ -118,7 +102,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *mix != "" {
 		pick, err := loadgen.ParseMix("X-Loadshed-Priority", *mix, http.Header(headers), 1)
 		if err != nil {
-			return usageError{fmt.Errorf("--priority-mix: %w", err)}
+			return usageError{Err: fmt.Errorf("--priority-mix: %w", err)}
 		}
 		prepare = func(i int) loadgen.Request {
 			r := pick(i)
@@ -137,14 +121,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		LateTolerance: *lateTol,
 	}
 	if *timeout <= 0 {
-		return usageError{fmt.Errorf("--timeout: must be > 0, got %s", *timeout)}
+		return usageError{Err: fmt.Errorf("--timeout: must be > 0, got %s", *timeout)}
 	}
 	if *lateTol <= 0 {
-		return usageError{fmt.Errorf("--late-tolerance: must be > 0, got %s", *lateTol)}
+		return usageError{Err: fmt.Errorf("--late-tolerance: must be > 0, got %s", *lateTol)}
 	}
 	res, err := loadgen.Run(ctx, cfg)
 	if res == nil {
-		return usageError{err} // invalid configuration: nothing was sent
+		return usageError{Err: err} // invalid configuration: nothing was sent
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)

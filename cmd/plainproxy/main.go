@@ -5,19 +5,6 @@
 //	plainproxy [--listen ADDR] [--upstream URL] [--max-idle-conns-per-host N] [--version]
 package main
 
-import (
-	"context"
-	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
-)
+import "github.com/loadshed/loadshed/internal/cli"
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "plainproxy:", err)
-		os.Exit(1)
-	}
-}
+func main() { cli.Main("plainproxy", run) }

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/loadshed/loadshed/internal/cli"
 	"github.com/loadshed/loadshed/internal/version"
 )
 
@@ -49,18 +50,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.Upstream, "upstream", "http://127.0.0.1:8080", "upstream base URL")
 	fs.IntVar(&o.MaxIdleConnsPerHost, "max-idle-conns-per-host", 1024, "idle upstream connections kept (the default of 2 would churn connections under load)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
 	if *showVersion {
 		_, err := fmt.Fprintln(stdout, version.String("plainproxy"))
 		return err
 	}
 	if err := o.Validate(); err != nil {
-		return err
+		return cli.UsageError{Err: err}
 	}
 	upstream, _ := url.Parse(o.Upstream) // checked by Validate
 

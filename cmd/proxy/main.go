@@ -8,32 +8,19 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 
+	"github.com/loadshed/loadshed/internal/cli"
 	"github.com/loadshed/loadshed/internal/config"
 	"github.com/loadshed/loadshed/internal/proxy"
 	"github.com/loadshed/loadshed/internal/version"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, errUsage) {
-			fmt.Fprintln(os.Stderr, "proxy:", err)
-		}
-		os.Exit(1)
-	}
-}
-
-var errUsage = errors.New("usage")
+func main() { cli.Main("proxy", run) }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
@@ -45,12 +32,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	adminListen := fs.String("admin-listen", "", "admin address, overrides the file's adminListen")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	showVersion := fs.Bool("version", false, "print the version and exit")
-	if err := fs.Parse(args); err != nil {
-		return errUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "proxy: unexpected arguments %q\n", fs.Args())
-		return errUsage
+	if err := cli.Parse(fs, args); err != nil {
+		return err
 	}
 	if *showVersion {
 		fmt.Fprintln(stdout, version.String("proxy"))
@@ -65,12 +48,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 	if *configPath == "" {
-		fmt.Fprintln(stderr, "proxy: --config FILE is required (or --check-config FILE, --version)")
-		return errUsage
+		return cli.Usagef("--config FILE is required (or --check-config FILE, --version)")
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return fmt.Errorf("--log-level: %w", err)
+		return cli.Usagef("--log-level: %v", err)
 	}
 	cfg, err := loadWithOverrides(*configPath, *listen, *upstream, *adminListen)
 	if err != nil {

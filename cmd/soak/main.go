@@ -9,16 +9,6 @@
 // Run `soak --help` for the flags; see package internal/soak for what is judged.
 package main
 
-import (
-	"context"
-	"os"
-	"os/signal"
-	"syscall"
-)
+import "github.com/loadshed/loadshed/internal/cli"
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := exitCode(run(ctx, os.Args[1:], os.Stdout, os.Stderr), os.Stderr)
-	stop()
-	os.Exit(code)
-}
+func main() { cli.Main("soak", run) }

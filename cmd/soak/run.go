@@ -8,35 +8,13 @@ import (
 	"io"
 	"os"
 
+	"github.com/loadshed/loadshed/internal/cli"
 	"github.com/loadshed/loadshed/internal/soak"
 	"github.com/loadshed/loadshed/internal/version"
 )
 
 // errFailed: the soak ran and found problems (exit status 1, the summary says which).
-var errFailed = errors.New("soak failed")
-
-// usageError is a problem with the command line; it exits with status 2.
-type usageError struct{ msg string }
-
-func (e *usageError) Error() string { return e.msg }
-
-// exitCode reports err on stderr and returns the exit status: 0 for a pass or --help, 2 for a
-// bad command line, 1 for a failed soak or one that could not run.
-func exitCode(err error, stderr io.Writer) int {
-	var ue *usageError
-	switch {
-	case err == nil, errors.Is(err, flag.ErrHelp):
-		return 0
-	case errors.As(err, &ue):
-		fmt.Fprintf(stderr, "soak: %v\nRun 'soak --help' for usage.\n", err)
-		return 2
-	case errors.Is(err, errFailed):
-		return 1
-	default:
-		fmt.Fprintf(stderr, "soak: %v\n", err)
-		return 1
-	}
-}
+var errFailed = errors.New("soak failed (see the summary)")
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := soak.Default()
@@ -60,14 +38,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.Float64Var(&c.Ceilings.InFlight, "max-inflight", c.Ceilings.InFlight, "ceiling of requests in flight (the admission limit)")
 	fs.Float64Var(&c.MaxGrowth, "max-growth", c.MaxGrowth, "allowed growth of the last third's mean over the middle third's (fraction)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return &usageError{err.Error()}
-	}
-	if fs.NArg() > 0 {
-		return &usageError{fmt.Sprintf("unexpected arguments %q", fs.Args())}
+	if err := cli.Parse(fs, args); err != nil {
+		return err
 	}
 	if *showVersion {
 		fmt.Fprintln(stdout, version.String("soak"))
@@ -77,7 +49,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *admissionFile != "" {
 		b, err := os.ReadFile(*admissionFile)
 		if err != nil {
-			return &usageError{"--admission-file: " + err.Error()}
+			return cli.Usagef("--admission-file: %v", err)
 		}
 		c.Admission = string(b)
 	}
@@ -90,7 +62,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	c.Log = stderr
 	if err := c.Validate(); err != nil {
-		return &usageError{err.Error()}
+		return cli.UsageError{Err: err}
 	}
 	fmt.Fprintf(stderr, "soak: %s at %gx of %.0f rps; writing to %s\n", c.Duration, c.Load, c.NominalRPS(), c.WorkDir)
 	sum, err := soak.Run(ctx, c)

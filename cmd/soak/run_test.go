@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/loadshed/loadshed/internal/cli"
 )
 
 func TestRunCommandLine(t *testing.T) {
@@ -27,7 +29,7 @@ func TestRunCommandLine(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
 			err := run(context.Background(), c.args, &stdout, &stderr)
-			if code := exitCode(err, &stderr); code != c.code {
+			if code := cli.ExitCode("soak", err, &stderr); code != c.code {
 				t.Fatalf("exit %d (%v), want %d; stderr %s", code, err, c.code, stderr.String())
 			}
 			if out := stdout.String() + stderr.String(); !strings.Contains(out, c.want) {
@@ -35,7 +37,7 @@ func TestRunCommandLine(t *testing.T) {
 			}
 		})
 	}
-	if exitCode(errFailed, &bytes.Buffer{}) != 1 {
+	if cli.ExitCode("soak", errFailed, &bytes.Buffer{}) != 1 {
 		t.Fatal("a failed soak must exit 1")
 	}
 }

@@ -1,9 +1,6 @@
 package config
 
 import (
-	"errors"
-	"strings"
-
 	"github.com/loadshed/loadshed/pkg/admission"
 	"github.com/loadshed/loadshed/pkg/admission/limit"
 )
@@ -51,71 +48,62 @@ func DefaultAdaptive() Adaptive {
 	}
 }
 
+// setDefaults: a block written in the file starts from the defaults, not from zero.
 func (a *Adaptive) setDefaults() { *a = DefaultAdaptive() }
+
+func (a *Adaptive) kind() *Kind { return kindNamed(StrategyAdaptive) }
 
 func (a *Adaptive) params() limit.Params {
 	return limit.Params{AIMD: a.AIMD, Vegas: a.Vegas, Gradient2: a.Gradient2, Gradient: a.Gradient, Greed: a.Greed}
 }
 
-func (a *Adaptive) validate(errs *Problems, path string) {
-	if _, err := limit.New(a.Algorithm, a.params()); err != nil {
-		var ce *limit.ConfigError
-		if errors.As(err, &ce) {
-			for _, p := range ce.Problems {
-				field, msg, _ := strings.Cut(p, ": ")
-				errs.add(path+"."+field, "%s", msg)
-			}
-		} else {
-			errs.add(path+".algorithm", "%v", err)
-		}
-	}
-	if !(a.MinLimit >= 1) {
-		errs.add(path+".minLimit", "must be at least 1, got %v", a.MinLimit)
-	}
-	if !(a.MaxLimit >= a.MinLimit) {
-		errs.add(path+".maxLimit", "must be at least minLimit (%v), got %v", a.MinLimit, a.MaxLimit)
-	}
-	if !(a.InitialLimit >= a.MinLimit && a.InitialLimit <= a.MaxLimit) {
-		errs.add(path+".initialLimit", "must lie within [minLimit, maxLimit] = [%v, %v], got %v", a.MinLimit, a.MaxLimit, a.InitialLimit)
-	}
-	nonNegative(errs, path+".slowStart", a.SlowStart)
-	positive(errs, path+".window", a.Window)
-	if a.Queue.Depth < 0 {
-		errs.add(path+".queue.depth", "must not be negative, got %d", a.Queue.Depth)
-	}
-	if a.Queue.Depth > 0 {
-		positive(errs, path+".queue.maxWait", a.Queue.MaxWait)
+func (a *Adaptive) core(algo limit.Algorithm, prio admission.PriorityConfig) admission.AdaptiveConfig {
+	return admission.AdaptiveConfig{
+		Algorithm: algo, InitialLimit: a.InitialLimit, MinLimit: a.MinLimit, MaxLimit: a.MaxLimit,
+		SlowStart: a.SlowStart.D(), Window: a.Window.D(),
+		QueueDepth: a.Queue.Depth, MaxWait: a.Queue.MaxWait.D(), Priorities: prio,
 	}
 }
 
+// config returns the strategy's configuration with its algorithm built from the tuning blocks.
 func (a *Adaptive) config(prio admission.PriorityConfig) (admission.AdaptiveConfig, error) {
 	algo, err := limit.New(a.Algorithm, a.params())
 	if err != nil {
 		return admission.AdaptiveConfig{}, err
 	}
-	return admission.AdaptiveConfig{
-		Algorithm: algo, InitialLimit: a.InitialLimit, MinLimit: a.MinLimit, MaxLimit: a.MaxLimit,
-		SlowStart: a.SlowStart.D(), Window: a.Window.D(),
-		QueueDepth: a.Queue.Depth, MaxWait: a.Queue.MaxWait.D(), Priorities: prio,
-	}, nil
+	return a.core(algo, prio), nil
 }
 
-func (a *Adaptive) build(prio admission.PriorityConfig) (admission.Core, error) {
-	c, err := a.config(prio)
+func (a *Adaptive) validate(errs *Problems, path string, _ placement) {
+	algo, err := limit.New(a.Algorithm, a.params())
+	errs.nest(path, err)
+	if algo == nil {
+		// The algorithm's own problems are reported above; check the other fields with a stand-in
+		// so that a bad algorithm does not hide them.
+		algo, _ = limit.New(DefaultAlgorithm, limit.DefaultParams())
+	}
+	errs.nest(path, a.core(algo, admission.PriorityConfig{}).Validate())
+}
+
+func (a *Adaptive) build(env buildEnv) (admission.Core, error) {
+	c, err := a.config(env.prio)
 	if err != nil {
 		return nil, err
 	}
 	return admission.NewAdaptive(c)
 }
 
+func (a *Adaptive) concurrencyHint(buildEnv) int { return int(a.MaxLimit) }
+
 // CoDel configures the controlled-delay queue. Concurrency 0 puts the adaptive limit (the
-// admission.adaptive block) in front of the queue instead of a fixed one.
+// admission block's adaptive settings) in front of the queue instead of a fixed one.
 type CoDel struct {
 	Concurrency int64    `yaml:"concurrency"`
 	Target      Duration `yaml:"target"`
 	Interval    Duration `yaml:"interval"`
 	Depth       int64    `yaml:"depth"`
-	MaxWait     Duration `yaml:"maxWait"`
+	// MaxWait bounds a wait while the queue is not overloaded; 0 means two intervals.
+	MaxWait Duration `yaml:"maxWait"`
 }
 
 // DefaultCoDel is the codel block's defaults: CoDel's own 5 ms target and 100 ms interval, an
@@ -124,33 +112,49 @@ func DefaultCoDel() CoDel {
 	return CoDel{Concurrency: 0, Target: Duration(5e6), Interval: Duration(100e6), Depth: 128}
 }
 
+// setDefaults: a block written in the file starts from the defaults, not from zero.
 func (c *CoDel) setDefaults() { *c = DefaultCoDel() }
 
-func (c *CoDel) validate(errs *Problems, path string) {
-	if c.Concurrency < 0 {
-		errs.add(path+".concurrency", "must not be negative (0 means an adaptive limit), got %d", c.Concurrency)
-	}
-	positive(errs, path+".target", c.Target)
-	if c.Interval <= c.Target {
-		errs.add(path+".interval", "must exceed target (%s), got %s", c.Target, c.Interval)
-	}
-	if c.Depth < 1 {
-		errs.add(path+".depth", "must be at least 1, got %d", c.Depth)
-	}
-	nonNegative(errs, path+".maxWait", c.MaxWait)
-}
+func (c *CoDel) kind() *Kind { return kindNamed(StrategyCoDel) }
 
-func (c *CoDel) build(adaptive *Adaptive, prio admission.PriorityConfig) (admission.Core, error) {
-	cc := admission.CoDelConfig{
-		Concurrency: c.Concurrency, Target: c.Target.D(), Interval: c.Interval.D(),
+func (c *CoDel) core(adaptive *admission.AdaptiveConfig, prio admission.PriorityConfig) admission.CoDelConfig {
+	return admission.CoDelConfig{
+		Concurrency: c.Concurrency, Adaptive: adaptive, Target: c.Target.D(), Interval: c.Interval.D(),
 		Depth: c.Depth, MaxWait: c.MaxWait.D(), Priorities: prio,
 	}
-	if c.Concurrency == 0 && adaptive != nil {
-		ac, err := adaptive.config(prio)
+}
+
+func (c *CoDel) validate(errs *Problems, path string, at placement) {
+	// The adaptive limit in front of the queue has a block of its own, validated where it is
+	// written; the defaults stand in for it here.
+	stand, _ := (&Adaptive{}).standIn()
+	errs.nest(path, c.core(&stand, admission.PriorityConfig{}).Validate())
+	if at.stage && c.Concurrency == 0 {
+		errs.add(path+".concurrency", "a chain stage needs a fixed concurrency (an adaptive CoDel reads the top-level adaptive block)")
+	}
+}
+
+// standIn returns the default adaptive configuration, which is always valid.
+func (*Adaptive) standIn() (admission.AdaptiveConfig, error) {
+	d := DefaultAdaptive()
+	return d.config(admission.PriorityConfig{})
+}
+
+func (c *CoDel) build(env buildEnv) (admission.Core, error) {
+	var ac *admission.AdaptiveConfig
+	if c.Concurrency == 0 && env.adaptive != nil {
+		cfg, err := env.adaptive.config(env.prio)
 		if err != nil {
 			return nil, err
 		}
-		cc.Adaptive = &ac
+		ac = &cfg
 	}
-	return admission.NewCoDel(cc)
+	return admission.NewCoDel(c.core(ac, env.prio))
+}
+
+func (c *CoDel) concurrencyHint(env buildEnv) int {
+	if c.Concurrency == 0 && env.adaptive != nil {
+		return env.adaptive.concurrencyHint(env)
+	}
+	return int(c.Concurrency)
 }

@@ -13,11 +13,15 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/loadshed/loadshed/pkg/admission"
+	"github.com/loadshed/loadshed/pkg/admission/field"
 )
 
 // Config is the proxy's whole configuration.
@@ -82,6 +86,37 @@ type StatusCodes struct {
 	Denied           int `yaml:"denied"`
 }
 
+// statusField is one entry of StatusCodes: the field's name in the file, the refusal reason it
+// answers and its code.
+type statusField struct {
+	name   string
+	reason admission.Reason
+	code   int
+}
+
+// fields lists every entry, one per refusal reason.
+func (c StatusCodes) fields() []statusField {
+	return []statusField{
+		{"rateLimited", admission.ReasonRateLimited, c.RateLimited},
+		{"queueFull", admission.ReasonQueueFull, c.QueueFull},
+		{"queueTimeout", admission.ReasonQueueTimeout, c.QueueTimeout},
+		{"concurrencyLimit", admission.ReasonConcurrencyLimit, c.ConcurrencyLimit},
+		{"draining", admission.ReasonDraining, c.Draining},
+		{"deadline", admission.ReasonDeadline, c.Deadline},
+		{"clientLimited", admission.ReasonClientLimited, c.ClientLimited},
+		{"denied", admission.ReasonDenied, c.Denied},
+	}
+}
+
+// ByReason returns the status code of every refusal reason.
+func (c StatusCodes) ByReason() map[admission.Reason]int {
+	m := make(map[admission.Reason]int, len(admission.AllReasons))
+	for _, f := range c.fields() {
+		m[f.reason] = f.code
+	}
+	return m
+}
+
 // Default returns the configuration used for every field the file leaves out.
 func Default() Config {
 	return Config{
@@ -103,7 +138,7 @@ func Default() Config {
 			RateLimited: 429, QueueFull: 503, QueueTimeout: 503, ConcurrencyLimit: 503,
 			Draining: 503, Deadline: 503, ClientLimited: 429, Denied: 403,
 		},
-		Admission: Admission{Strategy: StrategyNone, Adaptive: DefaultAdaptive(), CoDel: DefaultCoDel()},
+		Admission: Admission{Strategy: StrategyNone},
 		Headers:   defaultHeaders(),
 		Reload:    Reload{Watch: true, Interval: Duration(2 * time.Second)},
 	}
@@ -158,6 +193,36 @@ func ParseWith(data []byte, adjust func(*Config)) (*Config, error) {
 	return &c, nil
 }
 
+// ParseAdmission decodes an admission block alone (what stands under "admission:" in the file)
+// with the same strict decoder and validation, so problems name the same fields
+// ("admission.inflight.limit"). As in the file, an omitted strategy is "none". The lab and the
+// tools that run a policy outside the proxy read policies with it.
+func ParseAdmission(data []byte) (*Admission, error) {
+	a := Admission{Strategy: StrategyNone}
+	var errs Problems
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	switch err := dec.Decode(&doc); {
+	case errors.Is(err, io.EOF):
+		errs.add("admission", "empty: want an admission block such as {strategy: inflight, inflight: {limit: 8}}")
+	case err != nil:
+		errs.add("admission", "not valid YAML: %v", err)
+	default:
+		if n := doc.Content[0]; n.Kind != yaml.MappingNode {
+			errs.addLine(n.Line, "admission", "want a mapping such as {strategy: inflight, inflight: {limit: 8}}, got %s", describe(n))
+		} else {
+			decodeValue(n, reflect.ValueOf(&a).Elem(), "admission", &errs)
+		}
+	}
+	if len(errs.List) == 0 {
+		a.validate(&errs, "admission")
+	}
+	if len(errs.List) > 0 {
+		return nil, &errs
+	}
+	return &a, nil
+}
+
 // Validate appends every problem with c to errs.
 func (c *Config) Validate(errs *Problems) {
 	checkAddr(errs, "listen", c.Listen)
@@ -192,15 +257,7 @@ func (c *Config) Validate(errs *Problems) {
 	if c.Server.MaxBodyBytes < 0 {
 		errs.add("server.maxBodyBytes", "must not be negative (0 means no limit), got %d", c.Server.MaxBodyBytes)
 	}
-	sc := c.StatusCodes
-	for _, f := range []struct {
-		name string
-		code int
-	}{
-		{"rateLimited", sc.RateLimited}, {"queueFull", sc.QueueFull}, {"queueTimeout", sc.QueueTimeout},
-		{"concurrencyLimit", sc.ConcurrencyLimit}, {"draining", sc.Draining}, {"deadline", sc.Deadline},
-		{"clientLimited", sc.ClientLimited}, {"denied", sc.Denied},
-	} {
+	for _, f := range c.StatusCodes.fields() {
 		if f.code < 400 || f.code > 599 {
 			errs.add("statusCodes."+f.name, "must be an HTTP error status (400-599), got %d", f.code)
 		}
@@ -266,6 +323,22 @@ type Problems struct {
 
 func (e *Problems) add(field, format string, args ...any) {
 	e.List = append(e.List, Problem{Field: field, Message: fmt.Sprintf(format, args...)})
+}
+
+// nest records the problems of err, the result of a validator in pkg/admission, each under
+// path (see field.Errors.Nest).
+func (e *Problems) nest(path string, err error) {
+	if err == nil {
+		return
+	}
+	var fe *field.Errors
+	if !errors.As(err, &fe) {
+		e.add(path, "%v", err)
+		return
+	}
+	for _, p := range fe.Problems {
+		e.List = append(e.List, Problem{Field: field.Join(path, p.Field), Message: p.Detail})
+	}
 }
 
 func (e *Problems) addLine(line int, field, format string, args ...any) {

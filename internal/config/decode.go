@@ -169,6 +169,13 @@ func decodeValue(n *yaml.Node, v reflect.Value, path string, errs *Problems) {
 	}
 }
 
+// extraKeys is implemented by structs that accept keys beyond their fields: an admission block
+// and a chain stage take the settings block of every strategy in the registry.
+type extraKeys interface {
+	// extraField returns where the value of key decodes to, or false for an unknown key.
+	extraField(key string) (reflect.Value, bool)
+}
+
 func decodeStruct(n *yaml.Node, v reflect.Value, path string, errs *Problems) {
 	if n.Kind != yaml.MappingNode {
 		errs.addLine(n.Line, path, "want a mapping, got %s", describe(n))
@@ -185,6 +192,10 @@ func decodeStruct(n *yaml.Node, v reflect.Value, path string, errs *Problems) {
 		fields[name] = i
 		names = append(names, name)
 	}
+	extra, _ := v.Addr().Interface().(extraKeys)
+	if extra != nil {
+		names = append(names, blockKeys()...)
+	}
 	sort.Strings(names)
 	seen := map[string]bool{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
@@ -195,18 +206,27 @@ func decodeStruct(n *yaml.Node, v reflect.Value, path string, errs *Problems) {
 			continue
 		}
 		seen[key] = true
-		idx, ok := fields[key]
-		if !ok {
-			msg := "unknown field"
-			if s := suggest(key, names); s != "" {
-				msg += fmt.Sprintf(" (did you mean %q?)", s)
-			} else {
-				msg += " (known: " + strings.Join(names, ", ") + ")"
-			}
-			errs.addLine(k.Line, join(path, key), "%s", msg)
+		if idx, ok := fields[key]; ok {
+			decodeValue(val, v.Field(idx), join(path, key), errs)
 			continue
 		}
-		decodeValue(val, v.Field(idx), join(path, key), errs)
+		if extra != nil {
+			if val.Kind == yaml.ScalarNode && val.Tag == "!!null" {
+				if _, ok := kindOfBlock(key); ok {
+					continue // an explicit null leaves the block out
+				}
+			} else if dst, ok := extra.extraField(key); ok {
+				decodeValue(val, dst, join(path, key), errs)
+				continue
+			}
+		}
+		msg := "unknown field"
+		if s := suggest(key, names); s != "" {
+			msg += fmt.Sprintf(" (did you mean %q?)", s)
+		} else {
+			msg += " (known: " + strings.Join(names, ", ") + ")"
+		}
+		errs.addLine(k.Line, join(path, key), "%s", msg)
 	}
 }
 

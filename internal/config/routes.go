@@ -56,10 +56,6 @@ type Reload struct {
 	Interval Duration `yaml:"interval"`
 }
 
-func (a *Admission) setDefaults() {
-	*a = Admission{Strategy: StrategyNone, Adaptive: DefaultAdaptive(), CoDel: DefaultCoDel()}
-}
-
 func defaultHeaders() Headers {
 	return Headers{
 		Priority: "X-Loadshed-Priority", DefaultPriority: "critical",
@@ -95,9 +91,7 @@ func (c *Clients) validate(errs *Problems) {
 	if c == nil {
 		return
 	}
-	if err := (admission.ClientLimitsConfig{Rate: c.Rate, Burst: c.Burst, MaxKeys: c.MaxKeys, Allow: c.Allow, Deny: c.Deny}).Validate(); err != nil {
-		addStrategyErrors(errs, "clients", err)
-	}
+	errs.nest("clients", (admission.ClientLimitsConfig{Rate: c.Rate, Burst: c.Burst, MaxKeys: c.MaxKeys, Allow: c.Allow, Deny: c.Deny}).Validate())
 }
 
 // ClientLimits returns the per-client limits configured, or nil when there are none.
@@ -106,17 +100,6 @@ func (c *Clients) ClientLimits() (*admission.ClientLimits, error) {
 		return nil, nil
 	}
 	return admission.NewClientLimits(admission.ClientLimitsConfig{Rate: c.Rate, Burst: c.Burst, MaxKeys: c.MaxKeys, Allow: c.Allow, Deny: c.Deny})
-}
-
-func addStrategyErrors(errs *Problems, path string, err error) {
-	if ce, ok := err.(*admission.ConfigError); ok {
-		for _, p := range ce.Problems {
-			field, msg, _ := strings.Cut(p, ": ")
-			errs.add(path+"."+field, "%s", msg)
-		}
-		return
-	}
-	errs.add(path, "%v", err)
 }
 
 func (c *Config) validateRoutes(errs *Problems) {

@@ -1,11 +1,14 @@
 package lab
 
 import (
+	"strings"
 	"time"
 
+	"github.com/loadshed/loadshed/internal/config"
 	"github.com/loadshed/loadshed/internal/loadgen"
 	"github.com/loadshed/loadshed/internal/slowtail"
 	"github.com/loadshed/loadshed/pkg/admission"
+	"go.yaml.in/yaml/v3"
 )
 
 // Case is one row of a comparison: a strategy and the scenario it runs in.
@@ -29,8 +32,10 @@ const (
 //   - token-bucket: a token bucket of 100/s with burst 100 (capacity 100, starts full); an
 //     admitted request is answered 10 ms after it arrives (unlimited servers).
 //   - bounded-queue: "capacity 50, one server, FIFO" is a bounded queue with concurrency 1 (the
-//     one in service) and depth 49 (the waiting), no max wait; the strategy itself serialises
-//     service, so the backend needs no server limit.
+//     one in service) and depth 49 (the waiting); the strategy itself serialises service, so the
+//     backend needs no server limit. The table states no maximum wait, and every wait in it is
+//     bounded by the queue: the longest is 49 x 10 ms, so maxWait (which must be positive) is
+//     set to the 500 ms a full queue ever takes, and no request is ever refused for waiting.
 //   - leaky-bucket: a leaky bucket of 100/s and depth 25; a request waits until the water ahead
 //     of it has drained, and its own 10 ms of water counts while it drains.
 //   - load-shedder: an in-flight limit of 5; each admitted request is answered 5 x 10 ms = 50 ms
@@ -48,23 +53,19 @@ func BackpressureCases() []Case {
 			Service:     slowtail.Constant(service),
 		}
 	}
-	tb := func(rate float64, burst int) func() (admission.Core, error) {
-		return func() (admission.Core, error) {
-			return admission.NewTokenBucket(admission.TokenBucketConfig{Rate: rate, Burst: burst})
-		}
+	row := func(name string, b config.Block) Strategy {
+		a := config.Use(b)
+		y, _ := yaml.Marshal(a)
+		st := FromAdmission(a, strings.TrimSpace(string(y)))
+		st.Name = name
+		return st
 	}
 	return []Case{
-		{Strategy{Name: "token-bucket", Spec: "token-bucket:rate=100,burst=100", New: tb(100, 100)}, sc(backpressureService)},
-		{Strategy{Name: "bounded-queue", Spec: "bounded-queue:concurrency=1,depth=49,maxWait=0s", New: func() (admission.Core, error) {
-			return admission.NewBoundedQueue(admission.BoundedQueueConfig{Concurrency: 1, Depth: 49})
-		}}, sc(backpressureService)},
-		{Strategy{Name: "leaky-bucket", Spec: "leaky-bucket:rate=100,depth=25", New: func() (admission.Core, error) {
-			return admission.NewLeakyBucket(admission.LeakyBucketConfig{Rate: 100, Depth: 25})
-		}}, sc(backpressureService)},
-		{Strategy{Name: "load-shedder", Spec: "inflight:limit=5", New: func() (admission.Core, error) {
-			return admission.NewInflight(admission.InflightConfig{Limit: 5})
-		}}, sc(5 * backpressureService)},
-		{Strategy{Name: "rate-limiter", Spec: "token-bucket:rate=100,burst=1", New: tb(100, 1)}, sc(backpressureService)},
+		{row("token-bucket", &config.TokenBucket{Rate: 100, Burst: 100}), sc(backpressureService)},
+		{row("bounded-queue", &config.BoundedQueue{Concurrency: 1, Depth: 49, MaxWait: config.Duration(50 * backpressureService)}), sc(backpressureService)},
+		{row("leaky-bucket", &config.LeakyBucket{Rate: 100, Depth: 25}), sc(backpressureService)},
+		{row("load-shedder", &config.Inflight{Limit: 5}), sc(5 * backpressureService)},
+		{row("rate-limiter", &config.TokenBucket{Rate: 100, Burst: 1}), sc(backpressureService)},
 	}
 }
 

@@ -18,8 +18,8 @@ func BenchmarkMillionRequests(b *testing.B) {
 	}
 	sc := Scenario{Arrivals: arr, MaxRequests: n, Service: slowtail.DefaultConfig(), Servers: 8, Seed: 1,
 		Client: Client{Timeout: time.Second}, SLO: 500 * time.Millisecond}
-	for _, spec := range []string{"inflight:limit=8", "bounded-queue:concurrency=8,depth=32,maxWait=80ms",
-		"leaky-bucket:rate=350,depth=25", "token-bucket:rate=400,burst=32+bounded-queue:concurrency=8,depth=32"} {
+	for _, spec := range []string{"{strategy: inflight, inflight: {limit: 8}}", "{strategy: bounded-queue, boundedQueue: {concurrency: 8, depth: 32, maxWait: 80ms}}",
+		"{strategy: leaky-bucket, leakyBucket: {rate: 350, depth: 25}}", "{strategy: chain, chain: [{tokenBucket: {rate: 400, burst: 32}}, {boundedQueue: {concurrency: 8, depth: 32, maxWait: 80ms}}]}"} {
 		st, err := ParseStrategy(spec)
 		if err != nil {
 			b.Fatal(err)

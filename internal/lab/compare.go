@@ -103,7 +103,7 @@ func (r CompareRow) Within() bool {
 // let the backend's own queue grow for the whole run, and a growing queue's p99 depends on the
 // run's length more than on the strategy.
 func DefaultCompareSpecs() []string {
-	return []string{"inflight:limit=8", "token-bucket:rate=300,burst=30", "bounded-queue:concurrency=8,depth=32,maxWait=80ms"}
+	return []string{"{strategy: inflight, inflight: {limit: 8}}", "{strategy: token-bucket, tokenBucket: {rate: 300, burst: 30}}", "{strategy: bounded-queue, boundedQueue: {concurrency: 8, depth: 32, maxWait: 80ms}}"}
 }
 
 // DefaultCompareStrategies parses DefaultCompareSpecs.

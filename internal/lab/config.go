@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/loadshed/loadshed/internal/config"
-	"github.com/loadshed/loadshed/pkg/admission"
 )
 
 // ConfigStrategy is a user's real policy read from the proxy's own YAML file.
@@ -31,26 +30,10 @@ func StrategyFromConfig(path string) (ConfigStrategy, error) {
 	if _, err := adm.Build(); err != nil {
 		return ConfigStrategy{}, fmt.Errorf("%s: admission: %w", path, err)
 	}
-	name := fmt.Sprintf("%s (%s)", adm.Strategy, filepath.Base(path))
+	st := FromAdmission(adm, path)
+	st.Name = fmt.Sprintf("%s (%s)", adm.Strategy, filepath.Base(path))
 	if adm.DryRun {
-		name = fmt.Sprintf("%s dry run (%s)", adm.Strategy, filepath.Base(path))
+		st.Name = fmt.Sprintf("%s dry run (%s)", adm.Strategy, filepath.Base(path))
 	}
-	return ConfigStrategy{
-		Strategy: Strategy{
-			Name: name,
-			Spec: path,
-			New: func() (admission.Core, error) {
-				if adm.DryRun {
-					return NewPassThrough(), nil
-				}
-				c, err := adm.Build()
-				if err != nil || c != nil {
-					return c, err
-				}
-				return NewPassThrough(), nil // strategy "none"
-			},
-		},
-		UpstreamTimeout: cfg.UpstreamTimeout.D(),
-		DryRun:          adm.DryRun,
-	}, nil
+	return ConfigStrategy{Strategy: st, UpstreamTimeout: cfg.UpstreamTimeout.D(), DryRun: adm.DryRun}, nil
 }

@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/loadshed/loadshed/internal/config"
+
 	"github.com/loadshed/loadshed/internal/slowtail"
 	"github.com/loadshed/loadshed/pkg/admission"
 )
@@ -14,9 +16,11 @@ import (
 type Strategy struct {
 	// Name labels the strategy in tables, CSVs and charts.
 	Name string
-	// Spec is the strategy's description (the --strategy text or the config file), for reports
-	// and for drivers that rebuild the same policy elsewhere (the live half of compare).
+	// Spec is the strategy's description (the --strategy text or the config file), for reports.
 	Spec string
+	// Admission is the policy as the proxy's config holds it, when the strategy is one (drivers
+	// that run the same policy elsewhere, the live half of compare, use it).
+	Admission *config.Admission
 	// New builds the core. It is called once per run, so runs never share state.
 	New func() (admission.Core, error)
 }

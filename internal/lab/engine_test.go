@@ -74,7 +74,7 @@ func TestPercentileNearestRank(t *testing.T) {
 // before arrivals at the same time.
 func TestCompletionBeforeArrivalAtSameInstant(t *testing.T) {
 	sc := Scenario{Arrivals: arrivalsAt(0, 10*ms1, 15*ms1), Service: slowtail.Constant(10 * ms1)}
-	r := mustRun(t, sc, "inflight:limit=1")
+	r := mustRun(t, sc, "{strategy: inflight, inflight: {limit: 1}}")
 	// 0 admitted (done at 10), 10 admitted as the first leaves, 15 refused (busy until 20).
 	if s := r.Summary; s.Accepted != 2 || s.Rejected != 1 {
 		t.Fatalf("accepted %d rejected %d, want 2 and 1", s.Accepted, s.Rejected)
@@ -94,7 +94,7 @@ func TestCompletionBeforeClientTimeoutAtSameInstant(t *testing.T) {
 // instant, so the place the expired request leaves is free for the newcomer.
 func TestAdvanceBeforeArrivalAtSameInstant(t *testing.T) {
 	sc := Scenario{Arrivals: arrivalsAt(0, 1*ms1, 6*ms1), Service: slowtail.Constant(100 * ms1)}
-	r := mustRun(t, sc, "bounded-queue:concurrency=1,depth=1,maxWait=5ms")
+	r := mustRun(t, sc, "{strategy: bounded-queue, boundedQueue: {concurrency: 1, depth: 1, maxWait: 5ms}}")
 	// 0 is admitted; 1 waits and expires at 6 ms; 6 arrives as it leaves, takes its place and
 	// expires at 11 ms. Had the arrival gone first it would have found the queue full.
 	got := r.Summary.Refusals
@@ -122,7 +122,7 @@ func TestClientTimeoutWithdrawsQueued(t *testing.T) {
 		Service:  slowtail.Constant(1 * ms1),
 		Client:   Client{Timeout: 50 * ms1},
 	}
-	r := mustRun(t, sc, "leaky-bucket:rate=10,depth=5")
+	r := mustRun(t, sc, "{strategy: leaky-bucket, leakyBucket: {rate: 10, depth: 5}}")
 	// 0: admitted at once (its water drains until 100 ms). 0: would start at 100 ms, leaves at
 	// 50 and takes its water out. 60: waits only for the first's water, starts at 100 ms and is
 	// served by 101 ms (41 ms), inside its timeout; had the water stayed it would start at 200.
@@ -144,7 +144,7 @@ func TestClientTimeoutAfterAdmissionReleasesPermit(t *testing.T) {
 		Servers:  1,
 		Client:   Client{Timeout: 50 * ms1},
 	}
-	r := mustRun(t, sc, "inflight:limit=1")
+	r := mustRun(t, sc, "{strategy: inflight, inflight: {limit: 1}}")
 	s := r.Summary
 	// Both admitted (the first released its permit at 50 ms); both time out, the second while
 	// waiting behind the abandoned work in the backend.
@@ -158,7 +158,7 @@ func TestClientTimeoutAfterAdmissionReleasesPermit(t *testing.T) {
 
 func TestUpstreamTimeoutAnswers504(t *testing.T) {
 	sc := Scenario{Arrivals: arrivalsAt(0, 10*ms1), Service: slowtail.Constant(100 * ms1), UpstreamTimeout: 30 * ms1}
-	r := mustRun(t, sc, "inflight:limit=1")
+	r := mustRun(t, sc, "{strategy: inflight, inflight: {limit: 1}}")
 	s := r.Summary
 	// The first holds its permit until the proxy gives up on the backend at 30 ms (504), so the
 	// second, at 10 ms, is refused.
@@ -175,7 +175,7 @@ func TestPropagatedDeadlineRefusesHopelessWork(t *testing.T) {
 	}
 	// A leaky bucket at 100/s would start the third request at 20 ms, past its 15 ms deadline:
 	// it is refused at once instead of queued.
-	r := mustRun(t, sc, "leaky-bucket:rate=100,depth=10")
+	r := mustRun(t, sc, "{strategy: leaky-bucket, leakyBucket: {rate: 100, depth: 10}}")
 	if got := r.Summary.Refusals[admission.ReasonDeadline]; got != 1 {
 		t.Fatalf("deadline refusals %d, want 1 (summary %+v)", got, r.Summary)
 	}
@@ -188,7 +188,7 @@ func TestRetriesBounded(t *testing.T) {
 		Client:   Client{Retry: Retry{Max: 3, Backoff: 1 * ms1, OnRefusal: true}},
 	}
 	// One token per second: nearly every attempt is refused and retried within a few ms.
-	r := mustRun(t, sc, "token-bucket:rate=1,burst=1")
+	r := mustRun(t, sc, "{strategy: token-bucket, tokenBucket: {rate: 1, burst: 1}}")
 	s := r.Summary
 	if s.Requests != 10 || s.Retries != 27 || s.Incoming != 37 || s.Accepted != 1 {
 		t.Fatalf("requests %d retries %d incoming %d accepted %d; want 10, 9x3=27, 37, 1", s.Requests, s.Retries, s.Incoming, s.Accepted)
@@ -224,8 +224,8 @@ func TestDeterministic(t *testing.T) {
 	sc := Scenario{Arrivals: arr, Service: slowtail.DefaultConfig(), Servers: 8, Seed: 42,
 		Client: Client{Timeout: 300 * ms1, Retry: Retry{Max: 2, Backoff: 20 * ms1, Jitter: true, OnRefusal: true, OnTimeout: true}},
 		SLO:    250 * ms1}
-	strategies, err := ParseStrategies([]string{"none", "token-bucket:rate=300,burst=20", "leaky-bucket:rate=300,depth=20",
-		"bounded-queue:concurrency=8,depth=16,maxWait=50ms", "inflight:limit=8", "token-bucket:rate=500,burst=50+bounded-queue:concurrency=8,depth=8"})
+	strategies, err := ParseStrategies([]string{"none", "{strategy: token-bucket, tokenBucket: {rate: 300, burst: 20}}", "{strategy: leaky-bucket, leakyBucket: {rate: 300, depth: 20}}",
+		"{strategy: bounded-queue, boundedQueue: {concurrency: 8, depth: 16, maxWait: 50ms}}", "{strategy: inflight, inflight: {limit: 8}}", "{strategy: chain, chain: [{tokenBucket: {rate: 500, burst: 50}}, {boundedQueue: {concurrency: 8, depth: 8, maxWait: 80ms}}]}"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,13 +259,13 @@ func TestDeterministic(t *testing.T) {
 }
 
 // brokenCore claims work is due at a fixed instant but never does it.
-type brokenCore struct{ passThrough }
+type brokenCore struct{ admission.Core }
 
 func (brokenCore) Wake() time.Time { return Base.Add(time.Second) }
 
 func TestStuckWakeIsAnError(t *testing.T) {
 	sc := Scenario{Arrivals: arrivalsAt(0), Service: slowtail.Constant(ms1)}
-	st := Strategy{Name: "broken", New: func() (admission.Core, error) { return &brokenCore{}, nil }}
+	st := Strategy{Name: "broken", New: func() (admission.Core, error) { return &brokenCore{admission.NewNone()}, nil }}
 	_, err := Run(sc, st, RunOptions{})
 	if err == nil || !strings.Contains(err.Error(), "Wake") {
 		t.Fatalf("err = %v, want a Wake contract error", err)
@@ -296,7 +296,7 @@ func TestProgressIsReported(t *testing.T) {
 	}
 	var calls int
 	var last Progress
-	_, err = Run(Scenario{Arrivals: arr, Service: slowtail.Constant(ms1)}, mustStrategy(t, "inflight:limit=4"),
+	_, err = Run(Scenario{Arrivals: arr, Service: slowtail.Constant(ms1)}, mustStrategy(t, "{strategy: inflight, inflight: {limit: 4}}"),
 		RunOptions{ProgressEvery: 100, Progress: func(p Progress) { calls++; last = p }})
 	if err != nil {
 		t.Fatal(err)
@@ -317,7 +317,7 @@ func TestAdaptiveCoresRun(t *testing.T) {
 	sc := Scenario{Arrivals: arr, Service: slowtail.Constant(20 * ms1), Servers: 8, Seed: 11,
 		Client: Client{Timeout: time.Second}, SLO: 500 * ms1}
 	capacity := Capacity(sc)
-	for _, spec := range []string{"adaptive", "adaptive:algorithm=gradient2", "adaptive:algorithm=vegas", "codel", "codel:concurrency=8"} {
+	for _, spec := range []string{"adaptive", "{strategy: adaptive, adaptive: {algorithm: gradient2}}", "{strategy: adaptive, adaptive: {algorithm: vegas}}", "codel", "{strategy: codel, codel: {concurrency: 8}}"} {
 		s := mustRun(t, sc, spec).Summary
 		if g := s.GoodputRPS(); g < 0.85*capacity {
 			t.Errorf("%s: goodput %.1f rps, want at least 85%% of capacity %.1f", spec, g, capacity)

@@ -14,224 +14,66 @@ import (
 	"github.com/loadshed/loadshed/internal/loadgen"
 	"github.com/loadshed/loadshed/internal/slowtail"
 	"github.com/loadshed/loadshed/pkg/admission"
+	"go.yaml.in/yaml/v3"
 )
 
-// Strategy specs name a strategy and its settings in one flag value, with the field names of
-// the proxy's YAML config:
+// A strategy spec is an admission block in the proxy config's own language, as it stands under
+// "admission:" in the file, decoded by the same strict decoder and built by the same code
+// (config.ParseAdmission, config.Admission.Build):
 //
-//	none
-//	inflight:limit=8
-//	token-bucket:rate=400,burst=32
-//	leaky-bucket:rate=400,depth=25
-//	bounded-queue:concurrency=8,depth=32,maxWait=80ms
-//	adaptive:algorithm=gradient2,initialLimit=4,minLimit=1,maxLimit=256,slowStart=10s,depth=0,maxWait=50ms
-//	codel:concurrency=8,target=5ms,interval=100ms,depth=128,maxWait=100ms
-//	token-bucket:rate=400,burst=32+bounded-queue:concurrency=8,depth=32   (a chain)
+//	{strategy: inflight, inflight: {limit: 8}}
+//	{strategy: bounded-queue, boundedQueue: {concurrency: 8, depth: 32, maxWait: 80ms}}
+//	{strategy: adaptive, adaptive: {algorithm: vegas}}
+//	{strategy: chain, chain: [{tokenBucket: {rate: 300, burst: 30}}, {inflight: {limit: 8}}]}
 //
-// Settings left out take the proxy config's defaults. The camelCase block names of the config
-// file (tokenBucket, leakyBucket, boundedQueue) are accepted too.
+// A bare strategy name stands for {strategy: NAME}: the strategy with the config's own defaults,
+// which only the strategies that need no capacity have (none, adaptive, codel).
 
-// stageKind describes one strategy kind a spec can name.
-type stageKind struct {
-	name     string
-	keys     []string
-	defaults map[string]string
-	build    func(kv map[string]string) (func() (admission.Core, error), error)
-}
-
-var stageKinds = []stageKind{
-	{
-		name: "token-bucket", keys: []string{"rate", "burst"},
-		defaults: map[string]string{"rate": "400", "burst": "32"},
-		build: func(kv map[string]string) (func() (admission.Core, error), error) {
-			var c admission.TokenBucketConfig
-			var err error
-			if c.Rate, err = floatKey(kv, "rate"); err != nil {
-				return nil, err
-			}
-			if c.Burst, err = intKey(kv, "burst"); err != nil {
-				return nil, err
-			}
-			return func() (admission.Core, error) { return admission.NewTokenBucket(c) }, c.Validate()
-		},
-	},
-	{
-		name: "leaky-bucket", keys: []string{"rate", "depth"},
-		defaults: map[string]string{"rate": "400", "depth": "25"},
-		build: func(kv map[string]string) (func() (admission.Core, error), error) {
-			var c admission.LeakyBucketConfig
-			var err error
-			if c.Rate, err = floatKey(kv, "rate"); err != nil {
-				return nil, err
-			}
-			d, err := intKey(kv, "depth")
-			if err != nil {
-				return nil, err
-			}
-			c.Depth = int64(d)
-			return func() (admission.Core, error) { return admission.NewLeakyBucket(c) }, c.Validate()
-		},
-	},
-	{
-		name: "bounded-queue", keys: []string{"concurrency", "depth", "maxWait"},
-		defaults: map[string]string{"concurrency": "8", "depth": "32", "maxWait": "80ms"},
-		build: func(kv map[string]string) (func() (admission.Core, error), error) {
-			var c admission.BoundedQueueConfig
-			n, err := intKey(kv, "concurrency")
-			if err != nil {
-				return nil, err
-			}
-			d, err := intKey(kv, "depth")
-			if err != nil {
-				return nil, err
-			}
-			c.Concurrency, c.Depth = int64(n), int64(d)
-			if c.MaxWait, err = durKey(kv, "maxWait"); err != nil {
-				return nil, err
-			}
-			return func() (admission.Core, error) { return admission.NewBoundedQueue(c) }, c.Validate()
-		},
-	},
-	{
-		name: "inflight", keys: []string{"limit"},
-		defaults: map[string]string{"limit": "8"},
-		build: func(kv map[string]string) (func() (admission.Core, error), error) {
-			n, err := intKey(kv, "limit")
-			if err != nil {
-				return nil, err
-			}
-			c := admission.InflightConfig{Limit: int64(n)}
-			return func() (admission.Core, error) { return admission.NewInflight(c) }, c.Validate()
-		},
-	},
-	{
-		// The latency-driven limit, built by the proxy's own config code so that defaults and
-		// the algorithm's tuning are the proxy's.
-		name: "adaptive", keys: []string{"algorithm", "initialLimit", "minLimit", "maxLimit", "slowStart", "window", "depth", "maxWait"},
-		build: func(kv map[string]string) (func() (admission.Core, error), error) {
-			a := config.DefaultAdaptive()
-			if err := setAdaptive(&a, kv); err != nil {
-				return nil, err
-			}
-			adm := config.Admission{Strategy: config.StrategyAdaptive, Adaptive: a}
-			_, err := adm.Build()
-			return adm.Build, err
-		},
-	},
-	{
-		// The controlled-delay queue; concurrency 0 puts the default adaptive limit in front.
-		name: "codel", keys: []string{"concurrency", "target", "interval", "depth", "maxWait"},
-		build: func(kv map[string]string) (func() (admission.Core, error), error) {
-			c := config.DefaultCoDel()
-			var err error
-			for key, dst := range map[string]*config.Duration{"target": &c.Target, "interval": &c.Interval, "maxWait": &c.MaxWait} {
-				if _, ok := kv[key]; ok {
-					d, err := durKey(kv, key)
-					if err != nil {
-						return nil, err
-					}
-					*dst = config.Duration(d)
-				}
-			}
-			for key, dst := range map[string]*int64{"concurrency": &c.Concurrency, "depth": &c.Depth} {
-				if _, ok := kv[key]; ok {
-					n, err := intKey(kv, key)
-					if err != nil {
-						return nil, err
-					}
-					*dst = int64(n)
-				}
-			}
-			adm := config.Admission{Strategy: config.StrategyCoDel, CoDel: c, Adaptive: config.DefaultAdaptive()}
-			_, err = adm.Build()
-			return adm.Build, err
-		},
-	},
-	{
-		name: "none",
-		build: func(map[string]string) (func() (admission.Core, error), error) {
-			return func() (admission.Core, error) { return NewPassThrough(), nil }, nil
-		},
-	},
-}
-
-var kindAliases = map[string]string{
-	"tokenBucket": "token-bucket", "leakyBucket": "leaky-bucket", "boundedQueue": "bounded-queue",
-	"token_bucket": "token-bucket", "leaky_bucket": "leaky-bucket", "bounded_queue": "bounded-queue",
-}
-
-func findKind(name string) (*stageKind, bool) {
-	if a, ok := kindAliases[name]; ok {
-		name = a
-	}
-	for i := range stageKinds {
-		if stageKinds[i].name == name {
-			return &stageKinds[i], true
-		}
-	}
-	return nil, false
-}
-
-func kindNames() string {
-	names := make([]string, len(stageKinds))
-	for i, k := range stageKinds {
-		names[i] = k.name
-	}
-	return strings.Join(names, ", ")
-}
-
-// ParseStrategy parses one strategy spec (see the grammar above). Its Name is the strategy's
-// kind, or the kinds of a chain joined with "+".
+// ParseStrategy parses one strategy spec. Its Name is the strategy, or the strategies of a
+// chain's stages joined with "+".
 func ParseStrategy(spec string) (Strategy, error) {
 	spec = strings.TrimSpace(spec)
 	if spec == "" {
-		return Strategy{}, fmt.Errorf("strategy: empty spec (want one of %s)", kindNames())
+		return Strategy{}, fmt.Errorf("strategy: empty spec (want a strategy name or an admission block such as {strategy: inflight, inflight: {limit: 8}})")
 	}
-	parts := strings.Split(spec, "+")
-	builders := make([]func() (admission.Core, error), 0, len(parts))
-	names := make([]string, 0, len(parts))
-	for _, part := range parts {
-		kindName, args, _ := strings.Cut(strings.TrimSpace(part), ":")
-		k, ok := findKind(kindName)
-		if !ok {
-			return Strategy{}, fmt.Errorf("strategy %q: unknown kind %q (want one of %s)", spec, kindName, kindNames())
+	text := spec
+	if !strings.ContainsAny(spec, ":{ \n") {
+		if _, ok := config.Lookup(spec); !ok {
+			return Strategy{}, fmt.Errorf("strategy %q: unknown strategy (want one of %s, or an admission block such as {strategy: inflight, inflight: {limit: 8}})",
+				spec, strings.Join(config.Strategies, ", "))
 		}
-		if k.name == "none" && len(parts) > 1 {
-			return Strategy{}, fmt.Errorf("strategy %q: none cannot be a stage of a chain", spec)
-		}
-		kv, err := parseKV(args, k.keys)
-		if err != nil {
-			return Strategy{}, fmt.Errorf("strategy %q: %s: %w", spec, k.name, err)
-		}
-		for key, v := range k.defaults {
-			if _, set := kv[key]; !set {
-				kv[key] = v
+		text = "strategy: " + spec
+	}
+	a, err := config.ParseAdmission([]byte(text))
+	if err != nil {
+		return Strategy{}, fmt.Errorf("strategy %q: %w", spec, err)
+	}
+	return FromAdmission(*a, spec), nil
+}
+
+// FromAdmission is the strategy an admission block describes, named by its strategy (a chain
+// by its stages); spec describes it in reports. A dry-run block admits everything, as the proxy
+// does with it.
+func FromAdmission(a config.Admission, spec string) Strategy {
+	name := a.Strategy
+	if a.Strategy == config.StrategyChain {
+		var kinds []string
+		for i := range a.Chain {
+			if b := a.Chain[i].Block(); b != nil {
+				kinds = append(kinds, config.KindOf(b).Name)
 			}
 		}
-		b, err := k.build(kv)
-		if err != nil {
-			return Strategy{}, fmt.Errorf("strategy %q: %s: %w", spec, k.name, err)
+		name = strings.Join(kinds, "+")
+	}
+	if a.DryRun {
+		name += " dry run"
+	}
+	return Strategy{Name: name, Spec: spec, Admission: &a, New: func() (admission.Core, error) {
+		if a.DryRun {
+			return admission.NewNone(), nil
 		}
-		builders = append(builders, b)
-		names = append(names, k.name)
-	}
-	st := Strategy{Name: strings.Join(names, "+"), Spec: spec}
-	if len(builders) == 1 {
-		st.New = builders[0]
-		return st, nil
-	}
-	st.New = func() (admission.Core, error) {
-		stages := make([]admission.Core, len(builders))
-		for i, b := range builders {
-			c, err := b()
-			if err != nil {
-				return nil, err
-			}
-			stages[i] = c
-		}
-		return admission.NewChain(stages...)
-	}
-	return st, nil
+		return a.Build()
+	}}
 }
 
 // ParseStrategies parses several specs. Strategies whose names clash are named by their full
@@ -260,16 +102,39 @@ func ParseStrategies(specs []string) ([]Strategy, error) {
 	return out, nil
 }
 
-// DefaultStrategies are the proxy config's default settings of every strategy, plus none.
-func DefaultStrategies() []Strategy {
-	specs := []string{"none", "token-bucket", "leaky-bucket", "bounded-queue", "inflight"}
-	out, err := ParseStrategies(specs)
-	if err != nil {
-		// The specs are constants of this package; a failure is a programming error caught
-		// by the tests, so report it as a strategy that cannot be built.
-		return []Strategy{{Name: "invalid", New: func() (admission.Core, error) { return nil, err }}}
+// ScenarioSLO is the latency objective the scenario sizing assumes when a scenario sets none.
+const ScenarioSLO = 100 * time.Millisecond
+
+// ScenarioStrategies returns the named strategies sized for the scenario's own backend, the way
+// an operator who knows it would configure them (config.Sized: Little's law from the scenario's
+// servers, mean service time and SLO, ScenarioSLO when it has none). These are the scenario's
+// sizing, not defaults of the strategies: without a server count there is nothing to size from.
+func ScenarioStrategies(sc Scenario, names []string) ([]Strategy, error) {
+	capacity := Capacity(sc)
+	if !(capacity > 0) {
+		return nil, fmt.Errorf("capacity unknown: strategies sized for the scenario need its servers; give --servers or a --strategy")
 	}
-	return out
+	slo := sc.SLO
+	if slo == 0 {
+		slo = ScenarioSLO
+	}
+	b := config.Backend{Workers: sc.Servers, Service: time.Duration(float64(sc.Servers) / capacity * float64(time.Second)), SLO: slo}
+	out := make([]Strategy, 0, len(names))
+	for _, n := range names {
+		k, ok := config.Lookup(n)
+		if !ok {
+			return nil, fmt.Errorf("strategy %q: unknown (want one of %s)", n, strings.Join(config.Strategies, ", "))
+		}
+		a := config.Sized(k, b)
+		y, err := yaml.Marshal(a)
+		if err != nil {
+			return nil, err
+		}
+		st := FromAdmission(a, strings.TrimSpace(string(y)))
+		st.Name = n
+		out = append(out, st)
+	}
+	return out, nil
 }
 
 // ParseService parses a service-time spec:
@@ -482,39 +347,6 @@ func Ramp(from, to float64, d time.Duration, steps int) loadgen.Schedule {
 	return loadgen.Phases(phases...)
 }
 
-// setAdaptive applies the settings of an adaptive spec to a.
-func setAdaptive(a *config.Adaptive, kv map[string]string) error {
-	if v, ok := kv["algorithm"]; ok {
-		a.Algorithm = v
-	}
-	for key, dst := range map[string]*float64{"initialLimit": &a.InitialLimit, "minLimit": &a.MinLimit, "maxLimit": &a.MaxLimit} {
-		if _, ok := kv[key]; ok {
-			v, err := floatKey(kv, key)
-			if err != nil {
-				return err
-			}
-			*dst = v
-		}
-	}
-	for key, dst := range map[string]*config.Duration{"slowStart": &a.SlowStart, "window": &a.Window, "maxWait": &a.Queue.MaxWait} {
-		if _, ok := kv[key]; ok {
-			d, err := durKey(kv, key)
-			if err != nil {
-				return err
-			}
-			*dst = config.Duration(d)
-		}
-	}
-	if _, ok := kv["depth"]; ok {
-		n, err := intKey(kv, "depth")
-		if err != nil {
-			return err
-		}
-		a.Queue.Depth = int64(n)
-	}
-	return nil
-}
-
 // parseKV parses "k=v,k=v" and rejects keys not in allowed (naming the allowed ones).
 func parseKV(s string, allowed []string) (map[string]string, error) {
 	kv := map[string]string{}
@@ -562,31 +394,4 @@ func durKey(kv map[string]string, k string) (time.Duration, error) {
 		return 0, fmt.Errorf("%s: %q is not a duration (like 80ms)", k, kv[k])
 	}
 	return v, nil
-}
-
-// StageSpec is one parsed stage of a strategy spec: its kind and its settings, with the kind's
-// defaults filled in. Drivers that rebuild a strategy elsewhere (the live half of compare) use it.
-type StageSpec struct {
-	Kind string
-	Args map[string]string
-}
-
-// ParseStages splits a strategy spec into its stages.
-func ParseStages(spec string) ([]StageSpec, error) {
-	if _, err := ParseStrategy(spec); err != nil {
-		return nil, err
-	}
-	var out []StageSpec
-	for _, part := range strings.Split(strings.TrimSpace(spec), "+") {
-		kindName, args, _ := strings.Cut(strings.TrimSpace(part), ":")
-		k, _ := findKind(kindName)
-		kv, _ := parseKV(args, k.keys)
-		for key, v := range k.defaults {
-			if _, set := kv[key]; !set {
-				kv[key] = v
-			}
-		}
-		out = append(out, StageSpec{Kind: k.name, Args: kv})
-	}
-	return out, nil
 }

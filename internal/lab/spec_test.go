@@ -9,8 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/loadshed/loadshed/internal/config"
 	"github.com/loadshed/loadshed/internal/slowtail"
 	"github.com/loadshed/loadshed/pkg/admission"
+	"go.yaml.in/yaml/v3"
 )
 
 func TestParseStrategy(t *testing.T) {
@@ -18,17 +20,16 @@ func TestParseStrategy(t *testing.T) {
 		spec, name, core string
 	}{
 		{"none", "none", "none"},
-		{"inflight", "inflight", "inflight"},
-		{"inflight:limit=3", "inflight", "inflight"},
-		{"token-bucket:rate=100,burst=1", "token-bucket", "token-bucket"},
-		{"tokenBucket:rate=100", "token-bucket", "token-bucket"},
-		{"leaky-bucket:rate=50,depth=3", "leaky-bucket", "leaky-bucket"},
-		{"bounded-queue:concurrency=2,depth=4,maxWait=10ms", "bounded-queue", "bounded-queue"},
-		{"token-bucket:rate=400,burst=32+bounded-queue:concurrency=8", "token-bucket+bounded-queue", "chain"},
 		{"adaptive", "adaptive", "adaptive"},
-		{"adaptive:algorithm=vegas,initialLimit=2,maxLimit=64,depth=4,maxWait=20ms", "adaptive", "adaptive"},
 		{"codel", "codel", "codel"},
-		{"codel:concurrency=8,target=10ms,interval=200ms,depth=64", "codel", "codel"},
+		{"{strategy: inflight, inflight: {limit: 3}}", "inflight", "inflight"},
+		{"strategy: token-bucket\ntokenBucket: {rate: 100, burst: 1}", "token-bucket", "token-bucket"},
+		{"{strategy: leaky-bucket, leakyBucket: {rate: 50, depth: 3}}", "leaky-bucket", "leaky-bucket"},
+		{"{strategy: bounded-queue, boundedQueue: {concurrency: 2, depth: 4, maxWait: 10ms}}", "bounded-queue", "bounded-queue"},
+		{"{strategy: chain, chain: [{tokenBucket: {rate: 400, burst: 32}}, {boundedQueue: {concurrency: 8, depth: 32, maxWait: 80ms}}]}", "token-bucket+bounded-queue", "chain"},
+		{"{strategy: adaptive, adaptive: {algorithm: vegas, initialLimit: 2, maxLimit: 64, queue: {depth: 4, maxWait: 20ms}}}", "adaptive", "adaptive"},
+		{"{strategy: codel, codel: {concurrency: 8, target: 10ms, interval: 200ms, depth: 64}}", "codel", "codel"},
+		{"{strategy: inflight, dryRun: true, inflight: {limit: 1}}", "inflight dry run", "none"},
 	} {
 		st, err := ParseStrategy(c.spec)
 		if err != nil {
@@ -47,7 +48,7 @@ func TestParseStrategy(t *testing.T) {
 }
 
 func TestParseStrategySettingsReachTheCore(t *testing.T) {
-	st := mustStrategy(t, "bounded-queue:concurrency=3,depth=7")
+	st := mustStrategy(t, "{strategy: bounded-queue, boundedQueue: {concurrency: 3, depth: 7, maxWait: 1s}}")
 	core, err := st.New()
 	if err != nil {
 		t.Fatal(err)
@@ -62,22 +63,26 @@ func TestParseStrategySettingsReachTheCore(t *testing.T) {
 	}
 }
 
+// TestParseStrategyErrors: a spec is refused with the config's own messages, naming the field as
+// the config file does.
 func TestParseStrategyErrors(t *testing.T) {
 	for _, c := range []struct{ spec, want string }{
 		{"", "empty"},
-		{"fifo", `unknown kind "fifo"`},
-		{"inflight:limt=3", "limt: unknown key (want limit)"},
-		{"inflight:limit=x", `limit: "x" is not an integer`},
-		{"inflight:limit=0", "limit: must be at least 1"},
-		{"token-bucket:rate=-1", "rate: must be a positive number"},
-		{"bounded-queue:maxWait=soon", `maxWait: "soon" is not a duration`},
-		{"inflight:limit", "want key=value"},
-		{"inflight:limit=1,limit=2", "limit: given twice"},
-		{"none+inflight", "none cannot be a stage"},
-		{"none:x=1", "this kind takes none"},
-		{"adaptive:algorithm=magic", "algorithm"},
-		{"adaptive:minLimit=0", "minLimit"},
-		{"codel:target=1s,interval=10ms", "interval"},
+		{"fifo", "unknown strategy"},
+		{"[1, 2]", "admission: want a mapping"},
+		{"{strategy: fifo}", `admission.strategy: unknown strategy "fifo"`},
+		{"inflight", "admission.inflight: required by the selected strategy"},
+		{"{strategy: inflight, inflight: {limt: 3}}", `admission.inflight.limt: unknown field (did you mean "limit"?)`},
+		{"{strategy: inflight, inflight: {limit: x}}", "admission.inflight.limit: want an integer"},
+		{"{strategy: inflight, inflight: {limit: 0}}", "admission.inflight.limit: must be at least 1"},
+		{"{strategy: token-bucket, tokenBucket: {rate: -1, burst: 1}}", "admission.tokenBucket.rate: must be a positive number"},
+		{"{strategy: bounded-queue, boundedQueue: {concurrency: 1, depth: 1, maxWait: soon}}", "admission.boundedQueue.maxWait: invalid duration"},
+		{"{strategy: bounded-queue, boundedQueue: {concurrency: 1, depth: 1, maxWait: 0s}}", "admission.boundedQueue.maxWait: must be a positive duration"},
+		{"{strategy: inflight, inflight: {limit: 1, limit: 2}}", "admission.inflight.limit: duplicate key"},
+		{"{strategy: chain, chain: [{inflight: {limit: 1}, tokenBucket: {rate: 1, burst: 1}}]}", "admission.chain[0]: each chain element must hold exactly one"},
+		{"{strategy: adaptive, adaptive: {algorithm: magic}}", "admission.adaptive.algorithm"},
+		{"{strategy: adaptive, adaptive: {minLimit: 0}}", "admission.adaptive.minLimit"},
+		{"{strategy: codel, codel: {target: 1s, interval: 10ms}}", "admission.codel.interval"},
 	} {
 		_, err := ParseStrategy(c.spec)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -86,13 +91,73 @@ func TestParseStrategyErrors(t *testing.T) {
 	}
 }
 
+// TestLabAndProxyAcceptTheSameConfigurations: every admission block of the config's testdata,
+// valid or invalid, is accepted by the lab exactly when the proxy's configuration accepts it,
+// and builds the same strategy.
+func TestLabAndProxyAcceptTheSameConfigurations(t *testing.T) {
+	files, err := filepath.Glob("../config/testdata/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no config testdata: %v", err)
+	}
+	blocks := 0
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc struct {
+			Admission yaml.Node `yaml:"admission"`
+		}
+		if yaml.Unmarshal(data, &doc) != nil || doc.Admission.Kind == 0 {
+			continue // no admission block, or not YAML at all
+		}
+		block, err := yaml.Marshal(&doc.Admission)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocks++
+		proxyFile := "upstream: http://127.0.0.1:1\nadmission:\n" + indentLines(string(block))
+		_, proxyErr := config.Parse([]byte(proxyFile))
+		st, labErr := ParseStrategy(string(block))
+		if (proxyErr == nil) != (labErr == nil) {
+			t.Errorf("%s: the proxy says %v, the lab says %v", filepath.Base(f), proxyErr, labErr)
+			continue
+		}
+		if labErr != nil {
+			continue
+		}
+		core, err := st.New()
+		if err != nil {
+			t.Errorf("%s: the lab accepts it but cannot build it: %v", filepath.Base(f), err)
+			continue
+		}
+		cfg, _ := config.Parse([]byte(proxyFile))
+		want, err := cfg.Admission.Build()
+		if err != nil || core.Name() != want.Name() {
+			t.Errorf("%s: the lab built %s, the proxy %v (%v)", filepath.Base(f), core.Name(), want, err)
+		}
+	}
+	if blocks < 10 {
+		t.Fatalf("only %d admission blocks found in the config testdata", blocks)
+	}
+}
+
+func indentLines(s string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	for i, l := range lines {
+		lines[i] = "  " + l
+	}
+	return strings.Join(lines, "\n") + "\n"
+}
+
 func TestParseStrategiesNamesClashingSpecs(t *testing.T) {
-	sts, err := ParseStrategies([]string{"inflight:limit=4", "inflight:limit=8", "none"})
+	four, eight := "{strategy: inflight, inflight: {limit: 4}}", "{strategy: inflight, inflight: {limit: 8}}"
+	sts, err := ParseStrategies([]string{four, eight, "none"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := []string{sts[0].Name, sts[1].Name, sts[2].Name}
-	if want := []string{"inflight:limit=4", "inflight:limit=8", "none"}; !reflect.DeepEqual(got, want) {
+	if want := []string{four, eight, "none"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("names %v, want %v", got, want)
 	}
 	if _, err := ParseStrategies([]string{"none", "none"}); err == nil {
@@ -100,11 +165,29 @@ func TestParseStrategiesNamesClashingSpecs(t *testing.T) {
 	}
 }
 
-func TestDefaultStrategiesBuild(t *testing.T) {
-	for _, st := range DefaultStrategies() {
-		if _, err := st.New(); err != nil {
+// TestScenarioStrategiesAreSizedForTheScenario: the lab's default strategies are the scenario's
+// own sizing (Little's law from its servers and mean service time), and build.
+func TestScenarioStrategiesAreSizedForTheScenario(t *testing.T) {
+	sc := Scenario{Service: slowtail.Constant(20 * time.Millisecond), Servers: 8}
+	sts, err := ScenarioStrategies(sc, []string{"none", "token-bucket", "bounded-queue", "inflight", "adaptive"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range sts {
+		core, err := st.New()
+		if err != nil {
 			t.Errorf("%s: %v", st.Name, err)
+			continue
 		}
+		if st.Name == "inflight" && core.Stats(Base).Limit != 8 {
+			t.Errorf("inflight sized to %v, want the 8 workers", core.Stats(Base).Limit)
+		}
+		if st.Name == "bounded-queue" && !strings.Contains(st.Spec, "depth: 32") {
+			t.Errorf("bounded queue sized %q, want a depth of C x (SLO - S) = 32", st.Spec)
+		}
+	}
+	if _, err := ScenarioStrategies(Scenario{Service: slowtail.Constant(time.Millisecond)}, []string{"inflight"}); err == nil {
+		t.Error("a scenario without servers has nothing to size from, yet was sized")
 	}
 }
 
@@ -231,7 +314,7 @@ func TestTraceRoundTrip(t *testing.T) {
 	base := Scenario{Service: slowtail.DefaultConfig(), Servers: 4, Seed: 9}
 	live, replay := base, base
 	live.Arrivals, replay.Arrivals = a, fromFile
-	x, y := mustRun(t, live, "inflight:limit=6").Summary, mustRun(t, replay, "inflight:limit=6").Summary
+	x, y := mustRun(t, live, "{strategy: inflight, inflight: {limit: 6}}").Summary, mustRun(t, replay, "{strategy: inflight, inflight: {limit: 6}}").Summary
 	x.Span, y.Span = 0, 0 // a trace's span is rounded to whole seconds
 	if !reflect.DeepEqual(x, y) {
 		t.Errorf("replayed trace gives %+v, the process %+v", y, x)
@@ -302,5 +385,32 @@ func TestStrategyFromConfig(t *testing.T) {
 	}
 	if _, err := StrategyFromConfig(bad); err == nil || !strings.Contains(err.Error(), "limit") {
 		t.Errorf("bad config: err = %v, want one naming the limit", err)
+	}
+}
+
+// TestEveryStrategyRunsInTheLab walks the strategy registry: the lab sizes, builds and reads
+// back every strategy the proxy accepts, so a strategy added to the registry is in the lab at
+// once (the chart and the docs are checked over the same registry in deploy/).
+func TestEveryStrategyRunsInTheLab(t *testing.T) {
+	sc := Scenario{Service: slowtail.Constant(20 * time.Millisecond), Servers: 8}
+	for _, k := range config.Kinds() {
+		sts, err := ScenarioStrategies(sc, []string{k.Name})
+		if err != nil {
+			t.Errorf("%s: the lab cannot size it: %v", k.Name, err)
+			continue
+		}
+		if _, err := sts[0].New(); err != nil {
+			t.Errorf("%s: the lab cannot build it: %v", k.Name, err)
+		}
+		again, err := ParseStrategy(sts[0].Spec)
+		if err != nil {
+			t.Errorf("%s: the lab cannot read back its own spec %q: %v", k.Name, sts[0].Spec, err)
+			continue
+		}
+		sc := sc
+		sc.Arrivals = arrivalsAt(0, ms1)
+		if _, err := Run(sc, again, RunOptions{}); err != nil {
+			t.Errorf("%s: the lab cannot run it: %v", k.Name, err)
+		}
 	}
 }

@@ -34,7 +34,7 @@ func TestCapacity(t *testing.T) {
 func TestSweepShowsTheTradeOff(t *testing.T) {
 	base := Scenario{Service: slowtail.DefaultConfig(), Servers: 8, Seed: 3,
 		Client: Client{Timeout: time.Second}, SLO: 500 * time.Millisecond}
-	sts, err := ParseStrategies([]string{"none", "inflight:limit=8"})
+	sts, err := ParseStrategies([]string{"none", "{strategy: inflight, inflight: {limit: 8}}"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -209,7 +209,7 @@ func TestDeadlineTooShortNeverReachesTheBackend(t *testing.T) {
 // request; an invalid reload keeps the running configuration serving.
 func TestReloadUnderSteadyLoad(t *testing.T) {
 	c := Capacity{Workers: 8, Service: 20 * time.Millisecond}
-	e, err := Start(Setup{Workers: c.Workers, Service: Constant(c.Service), Admission: "strategy: inflight\ninflight: {limit: 16}", Reloadable: true})
+	e, err := Start(Setup{Workers: c.Workers, Service: Constant(c.Service), Admission: policy(t, "strategy: inflight\ninflight: {limit: 16}"), Reloadable: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,10 +228,14 @@ func TestReloadUnderSteadyLoad(t *testing.T) {
 	}
 	for _, st := range steps {
 		time.Sleep(time.Second) // spread the reloads over the run
-		if err := os.WriteFile(e.ConfigPath, []byte(e.ConfigYAML(st.admission)), 0o600); err != nil {
+		y, err := e.ConfigYAML(st.admission)
+		if err != nil {
 			t.Fatal(err)
 		}
-		err := e.Proxy.Reload()
+		if err := os.WriteFile(e.ConfigPath, []byte(y), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		err = e.Proxy.Reload()
 		if (err == nil) != st.valid {
 			t.Errorf("reload to %q: %v", st.admission, err)
 		}

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/loadshed/loadshed/internal/config"
 )
 
 // TestFaultSIGTERMDuringOverloadWithBacklog: the proxy process gets SIGTERM at 10x overload
@@ -26,8 +28,8 @@ func TestFaultSIGTERMDuringOverloadWithBacklog(t *testing.T) {
 	)
 	c := Capacity{Workers: 4, Service: 50 * time.Millisecond} // 80 rps
 	e, err := Start(Setup{Workers: c.Workers, Service: Constant(c.Service),
-		Admission:   "strategy: bounded-queue\nboundedQueue: {concurrency: 4, depth: 128, maxWait: 10s}",
-		Shutdown:    "{drainDelay: " + drainDelay.String() + ", gracePeriod: " + grace.String() + "}",
+		Admission:   policy(t, "strategy: bounded-queue\nboundedQueue: {concurrency: 4, depth: 128, maxWait: 10s}"),
+		Shutdown:    &config.Shutdown{DrainDelay: config.Duration(drainDelay), GracePeriod: config.Duration(grace)},
 		ProxyBinary: proxyBinary})
 	if err != nil {
 		t.Fatal(err)

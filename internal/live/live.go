@@ -13,9 +13,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/loadshed/loadshed/internal/backend"
 	"github.com/loadshed/loadshed/internal/config"
@@ -40,20 +41,20 @@ type Env struct {
 }
 
 // Setup describes an environment: the backend's capacity and service time, and the proxy's
-// admission block (YAML, as under "admission:" in the config file).
+// admission block.
 type Setup struct {
 	Workers int
 	Service slowtail.Config
 	Seed    uint64
-	// Admission is the proxy's admission block, e.g. "strategy: inflight\ninflight: {limit: 8}".
-	Admission string
-	// Extra is appended to the proxy's config file (top-level keys such as routes or headers).
+	// Admission is the proxy's admission block, e.g. config.Use(&config.Inflight{Limit: 8}).
+	Admission config.Admission
+	// Extra holds more top-level keys of the proxy's config file (YAML: routes, headers, ...).
 	Extra string
 	// ProxyBinary, when set, runs the proxy as a separate process from this binary (built from
 	// ./cmd/proxy), so its own goroutines, memory and exit code can be observed.
 	ProxyBinary string
-	// Shutdown overrides the proxy's shutdown block (default "{drainDelay: 0s, gracePeriod: 5s}").
-	Shutdown string
+	// Shutdown overrides the proxy's shutdown block (default: no drain delay, a 5 s grace period).
+	Shutdown *config.Shutdown
 	// Stderr receives the proxy process's log (default: discarded).
 	Stderr io.Writer
 	// Reloadable writes the in-process proxy's configuration to a file (Env.ConfigPath) that
@@ -92,10 +93,6 @@ func Start(s Setup) (*Env, error) {
 		e.done <- be.Serve(ctx, backend.ServeConfig{Data: data, Admin: admin, ShutdownTimeout: 5 * time.Second})
 	}()
 
-	shutdown := s.Shutdown
-	if shutdown == "" {
-		shutdown = "{drainDelay: 0s, gracePeriod: 5s}"
-	}
 	pListen, pAdmin := "127.0.0.1:0", "127.0.0.1:0"
 	if s.ProxyBinary != "" {
 		if pListen, err = freePort(); err == nil {
@@ -106,15 +103,18 @@ func Start(s Setup) (*Env, error) {
 			return nil, err
 		}
 	}
-	y := fmt.Sprintf("listen: %s\nadminListen: %s\nupstream: %s\nupstreamTimeout: 10s\nshutdown: %s\nreload: {watch: false}\n%s\nadmission:\n%s\n",
-		pListen, pAdmin, e.BackendURL, shutdown, s.Extra, indent(s.Admission))
-	cfg, err := config.Parse([]byte(y))
+	cfg, err := proxyConfig(s, pListen, pAdmin, e.BackendURL)
+	if err != nil {
+		e.Close()
+		return nil, fmt.Errorf("proxy config: %w", err)
+	}
+	y, err := yaml.Marshal(cfg)
 	if err != nil {
 		e.Close()
 		return nil, fmt.Errorf("proxy config: %w", err)
 	}
 	if s.ProxyBinary != "" {
-		if err := e.startProcess(s, []byte(y), pListen, pAdmin); err != nil {
+		if err := e.startProcess(s, y, pListen, pAdmin); err != nil {
 			e.Close()
 			return nil, err
 		}
@@ -127,7 +127,7 @@ func Start(s Setup) (*Env, error) {
 			return nil, err
 		}
 		e.ConfigPath = filepath.Join(e.dir, "config.yaml")
-		if err := os.WriteFile(e.ConfigPath, []byte(y), 0o600); err != nil {
+		if err := os.WriteFile(e.ConfigPath, y, 0o600); err != nil {
 			e.Close()
 			return nil, err
 		}
@@ -153,19 +153,43 @@ func Start(s Setup) (*Env, error) {
 	return e, nil
 }
 
-// ConfigYAML returns a proxy configuration file for this environment's backend with the given
-// admission block, as Start writes it (for tests that reload a changed file).
-func (e *Env) ConfigYAML(admission string) string {
-	return fmt.Sprintf("listen: 127.0.0.1:0\nadminListen: 127.0.0.1:0\nupstream: %s\nupstreamTimeout: 10s\nshutdown: {drainDelay: 0s, gracePeriod: 5s}\nreload: {watch: false}\nadmission:\n%s\n",
-		e.BackendURL, indent(admission))
+// proxyConfig is the proxy's configuration for an environment: s's admission block and extra
+// keys in front of the backend, on the given addresses, with no reloading of its own.
+func proxyConfig(s Setup, listen, admin, upstream string) (*config.Config, error) {
+	return config.ParseWith([]byte(s.Extra), func(c *config.Config) {
+		c.Listen, c.AdminListen, c.Upstream = listen, admin, upstream
+		c.UpstreamTimeout = config.Duration(10 * time.Second)
+		c.Shutdown = config.Shutdown{GracePeriod: config.Duration(5 * time.Second)}
+		if s.Shutdown != nil {
+			c.Shutdown = *s.Shutdown
+		}
+		c.Reload.Watch = false
+		c.Admission = s.Admission
+	})
 }
 
-func indent(s string) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	for i, l := range lines {
-		lines[i] = "  " + l
+// ConfigYAML returns a proxy configuration file for this environment's backend, as Start writes
+// it, with the admission block given as the file would spell it (for tests that reload a changed
+// file, valid or not: the block is placed as it is, not validated).
+func (e *Env) ConfigYAML(admissionYAML string) (string, error) {
+	cfg, err := proxyConfig(Setup{Admission: config.Named(config.StrategyNone)}, "127.0.0.1:0", "127.0.0.1:0", e.BackendURL)
+	if err != nil {
+		return "", err
 	}
-	return strings.Join(lines, "\n")
+	var doc, block yaml.Node
+	if err := doc.Encode(cfg); err != nil {
+		return "", err
+	}
+	if err := yaml.Unmarshal([]byte(admissionYAML), &block); err != nil || len(block.Content) != 1 {
+		return "", fmt.Errorf("admission block %q: not one YAML document (%v)", admissionYAML, err)
+	}
+	for i := 0; i+1 < len(doc.Content); i += 2 {
+		if doc.Content[i].Value == "admission" {
+			doc.Content[i+1] = block.Content[0]
+		}
+	}
+	y, err := yaml.Marshal(&doc)
+	return string(y), err
 }
 
 func waitReady(url string, within time.Duration) error {

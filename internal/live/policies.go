@@ -1,8 +1,9 @@
 package live
 
 import (
-	"fmt"
 	"time"
+
+	"github.com/loadshed/loadshed/internal/config"
 )
 
 // Capacity describes a backend: W workers, each request taking S.
@@ -14,25 +15,26 @@ type Capacity struct {
 // RPS is the backend's capacity C = W / S.
 func (c Capacity) RPS() float64 { return float64(c.Workers) / c.Service.Seconds() }
 
-// Policies returns, for each strategy, an admission block sized for the capacity and SLO by
-// Little's law (in-flight L = C x S = W; queue Q = C x (SLO - S)), the way an operator who knows
-// the backend would configure it; the rate-based ones at 90% of capacity (a rate at the
-// capacity itself lets a queue build inside the backend). "adaptive" and "codel" are told
-// nothing about the backend.
-func Policies(c Capacity, slo time.Duration) map[string]string {
-	rate := c.RPS()
-	queue := max(int(rate*(slo-c.Service).Seconds()), 1)
-	wait := slo - c.Service
-	return map[string]string{
-		"none":          "strategy: none",
-		"token-bucket":  fmt.Sprintf("strategy: token-bucket\ntokenBucket: {rate: %g, burst: %d}", 0.9*rate, c.Workers),
-		"leaky-bucket":  fmt.Sprintf("strategy: leaky-bucket\nleakyBucket: {rate: %g, depth: %d}", 0.9*rate, c.Workers),
-		"bounded-queue": fmt.Sprintf("strategy: bounded-queue\nboundedQueue: {concurrency: %d, depth: %d, maxWait: %s}", c.Workers, queue, wait),
-		"inflight":      fmt.Sprintf("strategy: inflight\ninflight: {limit: %d}", c.Workers),
-		"adaptive":      "strategy: adaptive",
-		"codel":         "strategy: codel",
+// Policies returns, for each strategy of the registry, its admission block sized for the
+// capacity and SLO the way an operator who knows the backend would configure it (config.Sized:
+// Little's law, rates at 90% of capacity); "adaptive" and "codel" are told nothing.
+func Policies(c Capacity, slo time.Duration) map[string]config.Admission {
+	b := config.Backend{Workers: c.Workers, Service: c.Service, SLO: slo}
+	out := map[string]config.Admission{}
+	for _, k := range config.Kinds() {
+		out[k.Name] = config.Sized(&k, b)
 	}
+	return out
 }
 
-// StrategyOrder is the order strategies are shown in.
-var StrategyOrder = []string{"none", "token-bucket", "leaky-bucket", "bounded-queue", "inflight", "adaptive", "codel"}
+// StrategyOrder is the order strategies are shown in: every strategy of the registry but the
+// chain, which is a composition of the others.
+var StrategyOrder = func() []string {
+	var out []string
+	for _, name := range config.Strategies {
+		if name != config.StrategyChain {
+			out = append(out, name)
+		}
+	}
+	return out
+}()

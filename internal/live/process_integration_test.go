@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/loadshed/loadshed/internal/config"
+
 	"github.com/loadshed/loadshed/internal/loadgen"
 )
 
@@ -75,7 +77,7 @@ func scrape(t *testing.T, admin, name string) float64 {
 func TestTenTimesOverloadStaysBounded(t *testing.T) {
 	four := Capacity{Workers: 4, Service: 20 * time.Millisecond} // 200 rps: 10x is 2000 rps
 	e, err := Start(Setup{Workers: four.Workers, Service: Constant(four.Service),
-		Admission: "strategy: inflight\ninflight: {limit: 4}", ProxyBinary: proxyBinary})
+		Admission: policy(t, "strategy: inflight\ninflight: {limit: 4}"), ProxyBinary: proxyBinary})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,8 +127,8 @@ func TestTenTimesOverloadStaysBounded(t *testing.T) {
 // request that reached it gets an answer (served, or 503 draining), and it exits 0.
 func TestSIGTERMUnderLoad(t *testing.T) {
 	e, err := Start(Setup{Workers: 8, Service: Constant(20 * time.Millisecond),
-		Admission: "strategy: bounded-queue\nboundedQueue: {concurrency: 8, depth: 256, maxWait: 5s}",
-		Shutdown:  "{drainDelay: 2s, gracePeriod: 300ms}", ProxyBinary: proxyBinary})
+		Admission: policy(t, "strategy: bounded-queue\nboundedQueue: {concurrency: 8, depth: 256, maxWait: 5s}"),
+		Shutdown:  &config.Shutdown{DrainDelay: config.Duration(2 * time.Second), GracePeriod: config.Duration(300 * time.Millisecond)}, ProxyBinary: proxyBinary})
 	if err != nil {
 		t.Fatal(err)
 	}

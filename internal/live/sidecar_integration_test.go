@@ -11,14 +11,26 @@ import (
 	"testing"
 	"time"
 
+	"github.com/loadshed/loadshed/internal/config"
+
 	"github.com/loadshed/loadshed/internal/loadgen"
 )
 
 var eight = Capacity{Workers: 8, Service: 20 * time.Millisecond} // 400 rps
 
+// policy reads an admission block written as the config file spells it.
+func policy(t *testing.T, admissionYAML string) config.Admission {
+	t.Helper()
+	a, err := config.ParseAdmission([]byte(admissionYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return *a
+}
+
 func start(t *testing.T, c Capacity, admission string) *Env {
 	t.Helper()
-	e, err := Start(Setup{Workers: c.Workers, Service: Constant(c.Service), Admission: admission})
+	e, err := Start(Setup{Workers: c.Workers, Service: Constant(c.Service), Admission: policy(t, admission)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,14 @@ const (
 	OutcomeCanceled        = "canceled"         // the client went away first
 )
 
+// Doors are the front doors a request can come through, the "door" label: the HTTP reverse
+// proxy (HTTP/1.1 and HTTP/2), gRPC calls (on the same port), and Envoy's external processor.
+const (
+	DoorHTTP    = "http"
+	DoorGRPC    = "grpc"
+	DoorExtProc = "extproc"
+)
+
 // StageState is what the gauges report for one strategy stage of one route.
 type StageState struct {
 	Route, Strategy string
@@ -56,16 +64,16 @@ func New(reg prometheus.Registerer, stages func() []StageState) *Proxy {
 	m := &Proxy{
 		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "loadshed_requests_total",
-			Help: "Requests handled, by route, strategy, outcome and HTTP status code.",
-		}, []string{"route", "strategy", "outcome", "code"}),
+			Help: "Requests handled, by route, strategy, front door, outcome and HTTP status code.",
+		}, []string{"route", "strategy", "door", "outcome", "code"}),
 		Shed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "loadshed_shed_total",
-			Help: "Requests refused by admission, by route, refusing strategy stage, reason and priority.",
-		}, []string{"route", "strategy", "reason", "priority"}),
+			Help: "Requests refused by admission, by route, refusing strategy stage, reason, priority and front door.",
+		}, []string{"route", "strategy", "reason", "priority", "door"}),
 		DryRunShed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "loadshed_dry_run_would_shed_total",
-			Help: "Requests a dry-run strategy would have refused but admitted, by route, strategy, reason and priority.",
-		}, []string{"route", "strategy", "reason", "priority"}),
+			Help: "Requests a dry-run strategy would have refused but admitted, by route, strategy, reason, priority and front door.",
+		}, []string{"route", "strategy", "reason", "priority", "door"}),
 		QueueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "loadshed_queue_wait_seconds",
 			Help:    "Time admitted requests waited in admission queues.",
@@ -168,9 +176,9 @@ func Names() []string {
 	reg := prometheus.NewPedanticRegistry()
 	all := StageState{Route: "r", Strategy: "s", Limit: 1, Tokens: 1, LimitFloor: 1, LimitCeiling: 1, MinRTT: 1, SampleRTT: 1}
 	m := New(reg, func() []StageState { return []StageState{all} })
-	m.Requests.WithLabelValues("r", "s", "o", "200")
-	m.Shed.WithLabelValues("r", "s", "x", "p")
-	m.DryRunShed.WithLabelValues("r", "s", "x", "p")
+	m.Requests.WithLabelValues("r", "s", "d", "o", "200")
+	m.Shed.WithLabelValues("r", "s", "x", "p", "d")
+	m.DryRunShed.WithLabelValues("r", "s", "x", "p", "d")
 	m.QueueWait.WithLabelValues("r", "s")
 	m.UpstreamLatency.WithLabelValues("r")
 	m.RequestDuration.WithLabelValues("r")

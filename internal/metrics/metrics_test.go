@@ -13,8 +13,8 @@ func TestLintAndState(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	state := []StageState{{Route: "default", Strategy: "inflight", InFlight: 3, QueueDepth: 0, Limit: 8, Tokens: -1}}
 	m := New(reg, func() []StageState { return state })
-	m.Requests.WithLabelValues("default", "inflight", OutcomeSuccess, "200").Inc()
-	m.Shed.WithLabelValues("default", "inflight", "concurrency_limit", "critical").Inc()
+	m.Requests.WithLabelValues("default", "inflight", DoorHTTP, OutcomeSuccess, "200").Inc()
+	m.Shed.WithLabelValues("default", "inflight", "concurrency_limit", "critical", DoorHTTP).Inc()
 	m.QueueWait.WithLabelValues("default", "inflight").Observe(0.002)
 	problems, err := testutil.GatherAndLint(reg)
 	if err != nil {
@@ -32,9 +32,9 @@ loadshed_inflight{route="default",strategy="inflight"} 3
 # HELP loadshed_limit Current concurrency, depth or burst limit, by route and strategy stage.
 # TYPE loadshed_limit gauge
 loadshed_limit{route="default",strategy="inflight"} 8
-# HELP loadshed_shed_total Requests refused by admission, by route, refusing strategy stage, reason and priority.
+# HELP loadshed_shed_total Requests refused by admission, by route, refusing strategy stage, reason, priority and front door.
 # TYPE loadshed_shed_total counter
-loadshed_shed_total{priority="critical",reason="concurrency_limit",route="default",strategy="inflight"} 1
+loadshed_shed_total{door="http",priority="critical",reason="concurrency_limit",route="default",strategy="inflight"} 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "loadshed_inflight", "loadshed_limit", "loadshed_shed_total"); err != nil {
 		t.Fatal(err)

@@ -6,7 +6,6 @@ package proxy
 // measured latency), so it runs in the integration step, without the race detector.
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -17,8 +16,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/loadshed/loadshed/internal/config"
 )
 
 // restart listens on the same address again.
@@ -206,28 +203,10 @@ func TestFaultUpstreamFailuresShrinkTheAdaptiveLimit(t *testing.T) {
 // latency within 10x of what it was before the attack, measured in the same run.
 func TestFaultSlowlorisHeaders(t *testing.T) {
 	const readHeaderTimeout = 500 * time.Millisecond
-	g := newGate()
+	g := newValve()
 	up := newUpstream(t, g)
-	cfg, err := config.Parse([]byte(fmt.Sprintf("upstream: %s\nlisten: 127.0.0.1:0\nadminListen: 127.0.0.1:0\nshutdown: {drainDelay: 0s, gracePeriod: 1s}\n"+
-		"server: {readHeaderTimeout: %s}\nadmission: {strategy: inflight, inflight: {limit: 64}}\n", up, readHeaderTimeout)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(cfg, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	data, _ := s.Addrs()
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- s.Serve(ctx) }()
-	defer func() {
-		cancel()
-		<-served
-	}()
+	data := serveProxy(t, fmt.Sprintf("upstream: %s\nlisten: 127.0.0.1:0\nadminListen: 127.0.0.1:0\nshutdown: {drainDelay: 0s, gracePeriod: 1s}\n"+
+		"server: {readHeaderTimeout: %s}\nadmission: {strategy: inflight, inflight: {limit: 64}}\n", up, readHeaderTimeout), Options{}).data
 
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
 	measure := func(n int) (median time.Duration, failed int) {

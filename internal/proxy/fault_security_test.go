@@ -43,7 +43,7 @@ func rawRequest(t *testing.T, addr, req string) (*http.Response, string) {
 // TestSecurityConnectIsRefused: CONNECT would ask the proxy for a tunnel; a sidecar forwards
 // requests to its one upstream and opens none. Before the fix it forwarded the CONNECT upstream.
 func TestSecurityConnectIsRefused(t *testing.T) {
-	g := newGate()
+	g := newValve()
 	h := start(t, g, "  strategy: none")
 	addr := strings.TrimPrefix(h.front.URL, "http://")
 	for _, target := range []string{"evil.example:443", "127.0.0.1:22", strings.TrimPrefix(h.upstream.URL, "http://")} {
@@ -55,7 +55,7 @@ func TestSecurityConnectIsRefused(t *testing.T) {
 	if g.hits.Load() != 0 {
 		t.Fatalf("the upstream saw %d CONNECT requests", g.hits.Load())
 	}
-	if got := testutil.ToFloat64(h.srv.h.metrics.Requests.WithLabelValues("default", "none", "client_error", "405")); got != 3 {
+	if got := testutil.ToFloat64(h.srv.gate.Metrics().Requests.WithLabelValues("default", "none", "http", "client_error", "405")); got != 3 {
 		t.Fatalf("405 counted %v times", got)
 	}
 }
@@ -68,7 +68,7 @@ func TestSecurityNoOpenProxy(t *testing.T) {
 	decoy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { decoyHits.Add(1) }))
 	defer decoy.Close()
 	for _, preserve := range []bool{true, false} {
-		g := newGate()
+		g := newValve()
 		h := start(t, g, "  strategy: none", fmt.Sprintf("preserveHost: %v", preserve))
 		addr := strings.TrimPrefix(h.front.URL, "http://")
 		decoyAddr := strings.TrimPrefix(decoy.URL, "http://")
@@ -91,7 +91,7 @@ func TestSecurityNoOpenProxy(t *testing.T) {
 		}
 	}
 	// net/http answers "OPTIONS *" itself: it reaches neither the upstream nor anyone else.
-	g := newGate()
+	g := newValve()
 	h := start(t, g, "  strategy: none")
 	res, _ := rawRequest(t, strings.TrimPrefix(h.front.URL, "http://"), "OPTIONS * HTTP/1.1\r\nHost: "+strings.TrimPrefix(decoy.URL, "http://")+"\r\n\r\n")
 	if res.StatusCode != 200 || g.hits.Load() != 0 {
@@ -147,7 +147,7 @@ func TestSecurityHopByHopHeaders(t *testing.T) {
 // and Forwarded are replaced by what the proxy sees (or dropped), and a spoofed X-Forwarded-For
 // does not give a client a fresh per-client bucket.
 func TestSecuritySpoofedForwardingHeaders(t *testing.T) {
-	g := newGate()
+	g := newValve()
 	h := start(t, g, "  strategy: none", "clients: {rate: 0.001, burst: 1, maxKeys: 100}")
 	hdr := []string{"X-Forwarded-For", "6.6.6.6", "X-Forwarded-Host", "evil.example", "X-Forwarded-Proto", "https", "Forwarded", "for=6.6.6.6;host=evil.example;proto=https"}
 	res, _ := get(t, h.front.URL+"/", hdr...)
@@ -180,7 +180,7 @@ func TestSecuritySpoofedForwardingHeaders(t *testing.T) {
 // (they go to the upstream like any path); the admin port forwards nothing, offers nothing that
 // changes behaviour at run time, and refuses writes; a config cannot put both on one address.
 func TestSecurityAdminIsSeparateFromData(t *testing.T) {
-	g := newGate()
+	g := newValve()
 	h := start(t, g, "  strategy: inflight\n  inflight: {limit: 4}")
 	for _, path := range []string{"/metrics", "/healthz", "/readyz", "/debug/pprof/", "/admin/config"} {
 		before := g.hits.Load()

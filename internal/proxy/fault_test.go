@@ -14,7 +14,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,8 +22,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-
-	"github.com/loadshed/loadshed/internal/config"
 )
 
 // Upstream behaviours a flakyUpstream can be switched to.
@@ -113,19 +110,8 @@ func (u *flakyUpstream) handle(w http.ResponseWriter, r *http.Request) {
 // YAML, serving its data handler on an httptest server.
 func faultProxy(t *testing.T, upstream, admissionYAML string, extra ...string) (*Server, string, *prometheus.Registry) {
 	t.Helper()
-	y := fmt.Sprintf("upstream: %s\nlisten: 127.0.0.1:0\nadminListen: 127.0.0.1:0\n%s\nadmission:\n%s\n", upstream, strings.Join(extra, "\n"), admissionYAML)
-	cfg, err := config.Parse([]byte(y))
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := prometheus.NewRegistry()
-	s, err := New(cfg, Options{Registry: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	front := httptest.NewServer(s.Handler())
-	t.Cleanup(front.Close)
-	return s, front.URL, reg
+	p := frontProxy(t, proxyYAML(upstream, admissionYAML, extra...))
+	return p.srv, p.front.URL, p.reg
 }
 
 // answer is what one client request got.
@@ -228,7 +214,7 @@ func TestFaultHungUpstreamDoesNotBuildAQueue(t *testing.T) {
 	if st.InFlight != 0 || st.QueueDepth != 0 {
 		t.Fatalf("after the storm: %+v", st)
 	}
-	if got := testutil.ToFloat64(s.h.metrics.Requests.WithLabelValues("default", "bounded-queue", "upstream_timeout", "504")); got != 2 {
+	if got := testutil.ToFloat64(s.gate.Metrics().Requests.WithLabelValues("default", "bounded-queue", "http", "upstream_timeout", "504")); got != 2 {
 		t.Fatalf("upstream_timeout 504 counted %v times, want 2", got)
 	}
 	if n, err := testutil.GatherAndCount(reg, "loadshed_shed_total"); err != nil || n != 2 {
@@ -240,7 +226,7 @@ func TestFaultHungUpstreamDoesNotBuildAQueue(t *testing.T) {
 // cost no upstream call, count as canceled, and the permit of the one admitted request is still
 // released exactly once.
 func TestFaultClientsLeaveTheQueue(t *testing.T) {
-	g := newGate()
+	g := newValve()
 	h := start(t, g, "  strategy: bounded-queue\n  boundedQueue: {concurrency: 1, depth: 8, maxWait: 1m}")
 	first := make(chan int)
 	go func() {
@@ -269,7 +255,7 @@ func TestFaultClientsLeaveTheQueue(t *testing.T) {
 	}
 	until(t, "the queue to empty", func() bool { return h.srv.StageStates()[0].QueueDepth == 0 })
 	until(t, "the proxy to count the six as canceled", func() bool {
-		return testutil.ToFloat64(h.srv.h.metrics.Requests.WithLabelValues("default", "bounded-queue", "canceled", "499")) == 6
+		return testutil.ToFloat64(h.srv.gate.Metrics().Requests.WithLabelValues("default", "bounded-queue", "http", "canceled", "499")) == 6
 	})
 	if st := h.srv.StageStates()[0]; st.InFlight != 1 {
 		t.Fatalf("in flight %v while the first request runs, want 1", st.InFlight)
@@ -288,7 +274,7 @@ func TestFaultClientsLeaveTheQueue(t *testing.T) {
 // their requests cancel the upstream requests too, release their permits, count as canceled and
 // do not shrink the adaptive limit (a client leaving says nothing about the upstream).
 func TestFaultClientsLeaveWhileTheUpstreamWorks(t *testing.T) {
-	g := newGate()
+	g := newValve()
 	defer close(g.release)
 	h := start(t, g, "  strategy: adaptive\n  adaptive: {initialLimit: 8, minLimit: 1, maxLimit: 8, slowStart: 0s, window: 1ms}")
 	before := h.srv.StageStates()[0].Limit
@@ -316,7 +302,7 @@ func TestFaultClientsLeaveWhileTheUpstreamWorks(t *testing.T) {
 		until(t, "in-flight to return to zero", func() bool { return h.srv.StageStates()[0].InFlight == 0 })
 		want := float64(5 * (round + 1))
 		until(t, "the proxy to count the cancellations", func() bool {
-			return testutil.ToFloat64(h.srv.h.metrics.Requests.WithLabelValues("default", "adaptive", "canceled", "499")) == want
+			return testutil.ToFloat64(h.srv.gate.Metrics().Requests.WithLabelValues("default", "adaptive", "http", "canceled", "499")) == want
 		})
 	}
 	if after := h.srv.StageStates()[0].Limit; after < before {
@@ -352,7 +338,7 @@ func TestFaultClientLeavesMidRequestBody(t *testing.T) {
 		until(t, "in-flight to return to zero", func() bool { return h.srv.StageStates()[0].InFlight == 0 })
 	}
 	until(t, "twenty canceled requests", func() bool {
-		return testutil.ToFloat64(h.srv.h.metrics.Requests.WithLabelValues("default", "adaptive", "canceled", "499")) == 20
+		return testutil.ToFloat64(h.srv.gate.Metrics().Requests.WithLabelValues("default", "adaptive", "http", "canceled", "499")) == 20
 	})
 	if after := h.srv.StageStates()[0].Limit; after < before {
 		t.Fatalf("limit %v -> %v: a client leaving mid-body must not shrink it", before, after)
@@ -399,7 +385,7 @@ func TestFaultClientLeavesMidResponseBody(t *testing.T) {
 	until(t, "the upstream to see all five abandoned", func() bool { return aborted.Load() == 5 })
 	until(t, "in-flight to return to zero", func() bool { return h.srv.StageStates()[0].InFlight == 0 })
 	until(t, "five canceled requests", func() bool {
-		return testutil.ToFloat64(h.srv.h.metrics.Requests.WithLabelValues("default", "inflight", "canceled", "200")) == 5
+		return testutil.ToFloat64(h.srv.gate.Metrics().Requests.WithLabelValues("default", "inflight", "http", "canceled", "200")) == 5
 	})
 }
 
@@ -413,26 +399,12 @@ func TestFaultOversizedRequests(t *testing.T) {
 		io.Copy(io.Discard, r.Body)
 		io.WriteString(w, "ok\n")
 	}))
-	cfg, err := config.Parse([]byte("upstream: " + up + "\nlisten: 127.0.0.1:0\nadminListen: 127.0.0.1:0\nshutdown: {drainDelay: 0s, gracePeriod: 1s}\n" +
-		"server: {maxHeaderBytes: 4096, maxBodyBytes: 1000}\n" +
-		"admission: {strategy: adaptive, adaptive: {initialLimit: 4, minLimit: 1, maxLimit: 4, slowStart: 0s, window: 1ms}}\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(cfg, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	data, _ := s.Addrs()
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- s.Serve(ctx) }()
+	p := serveProxy(t, "upstream: "+up+"\nlisten: 127.0.0.1:0\nadminListen: 127.0.0.1:0\nshutdown: {drainDelay: 0s, gracePeriod: 1s}\n"+
+		"server: {maxHeaderBytes: 4096, maxBodyBytes: 1000}\n"+
+		"admission: {strategy: adaptive, adaptive: {initialLimit: 4, minLimit: 1, maxLimit: 4, slowStart: 0s, window: 1ms}}\n", Options{})
+	s, data := p.srv, p.data
 	defer func() {
-		cancel()
-		if err := <-served; err != nil {
+		if err := p.stop(); err != nil {
 			t.Errorf("Serve: %v", err)
 		}
 	}()
@@ -481,11 +453,11 @@ func TestFaultOversizedRequests(t *testing.T) {
 	if after := s.StageStates()[0].Limit; after < before {
 		t.Fatalf("limit %v -> %v: oversized requests are the client's fault and must not shrink it", before, after)
 	}
-	if got := testutil.ToFloat64(s.h.metrics.Requests.WithLabelValues("default", "adaptive", "client_error", "413")); got != 30 {
+	if got := testutil.ToFloat64(s.gate.Metrics().Requests.WithLabelValues("default", "adaptive", "http", "client_error", "413")); got != 30 {
 		t.Fatalf("413 counted %v times as client errors, want 30", got)
 	}
 	for _, code := range []string{"502", "504"} {
-		if got := testutil.ToFloat64(s.h.metrics.Requests.WithLabelValues("default", "adaptive", "upstream_error", code)); got != 0 {
+		if got := testutil.ToFloat64(s.gate.Metrics().Requests.WithLabelValues("default", "adaptive", "http", "upstream_error", code)); got != 0 {
 			t.Fatalf("%v requests counted as upstream_error %s", got, code)
 		}
 	}
@@ -499,28 +471,11 @@ func TestFaultOversizedRequests(t *testing.T) {
 // an empty 200: before the fix the proxy wrote nothing and net/http answered 200 OK), its permit
 // is released, and it counts as canceled without shrinking the adaptive limit.
 func TestFaultSlowBodyIsCutAtReadTimeout(t *testing.T) {
-	g := newGate()
+	g := newValve()
 	up := newUpstream(t, g)
-	cfg, err := config.Parse([]byte("upstream: " + up + "\nlisten: 127.0.0.1:0\nadminListen: 127.0.0.1:0\nshutdown: {drainDelay: 0s, gracePeriod: 1s}\n" +
-		"server: {readTimeout: 300ms}\nadmission: {strategy: adaptive, adaptive: {initialLimit: 4, minLimit: 1, maxLimit: 4, slowStart: 0s, window: 1ms}}\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(cfg, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	data, _ := s.Addrs()
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- s.Serve(ctx) }()
-	defer func() {
-		cancel()
-		<-served
-	}()
+	p := serveProxy(t, "upstream: "+up+"\nlisten: 127.0.0.1:0\nadminListen: 127.0.0.1:0\nshutdown: {drainDelay: 0s, gracePeriod: 1s}\n"+
+		"server: {readTimeout: 300ms}\nadmission: {strategy: adaptive, adaptive: {initialLimit: 4, minLimit: 1, maxLimit: 4, slowStart: 0s, window: 1ms}}\n", Options{})
+	s, data := p.srv, p.data
 	before := s.StageStates()[0].Limit
 	const attackers = 4 // as many as the limit: each holds a permit while it dribbles
 	codes := make(chan int, attackers)
@@ -566,7 +521,7 @@ func TestFaultSlowBodyIsCutAtReadTimeout(t *testing.T) {
 	if res, _ := get(t, "http://"+data+"/"); res.StatusCode != 200 {
 		t.Fatalf("after the attack: %d", res.StatusCode)
 	}
-	if got := testutil.ToFloat64(s.h.metrics.Requests.WithLabelValues("default", "adaptive", "canceled", "499")); got != attackers {
+	if got := testutil.ToFloat64(s.gate.Metrics().Requests.WithLabelValues("default", "adaptive", "http", "canceled", "499")); got != attackers {
 		t.Fatalf("canceled counted %v, want %d", got, attackers)
 	}
 	if after := s.StageStates()[0].Limit; after < before {

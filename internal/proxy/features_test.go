@@ -8,12 +8,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-
-	"github.com/loadshed/loadshed/internal/config"
 )
 
 func TestMalformedHeadersGet400NamingTheHeader(t *testing.T) {
-	g := newGate()
+	g := newValve()
 	h := start(t, g, "  strategy: inflight\n  inflight: {limit: 4}")
 	for _, c := range []struct{ header, value string }{
 		{"X-Loadshed-Priority", "urgent"},
@@ -34,23 +32,8 @@ func TestMalformedHeadersGet400NamingTheHeader(t *testing.T) {
 	}
 }
 
-func TestParseGRPCTimeout(t *testing.T) {
-	for in, want := range map[string]time.Duration{"1H": time.Hour, "2M": 2 * time.Minute, "3S": 3 * time.Second,
-		"100m": 100 * time.Millisecond, "200u": 200 * time.Microsecond, "300n": 300, "99999999H": time.Duration(1<<63 - 1)} {
-		got, err := parseGRPCTimeout(in)
-		if err != nil || got != want {
-			t.Errorf("%s: %v %v, want %v", in, got, err, want)
-		}
-	}
-	for _, bad := range []string{"", "S", "1", "-1S", "+1S", "1.5S", "1s", "123456789m", "1 S"} {
-		if _, err := parseGRPCTimeout(bad); err == nil {
-			t.Errorf("%q must be refused", bad)
-		}
-	}
-}
-
 func TestDeadlineThatCannotBeMetNeverReachesUpstream(t *testing.T) {
-	g := newGate()
+	g := newValve()
 	h := start(t, g, "  strategy: none")
 	// Teach the route its upstream latency: 50 ms.
 	g.delay.Store(int64(50 * time.Millisecond))
@@ -81,7 +64,7 @@ func TestDeadlineThatCannotBeMetNeverReachesUpstream(t *testing.T) {
 }
 
 func TestRoutesHaveTheirOwnPolicy(t *testing.T) {
-	g := newGate()
+	g := newValve()
 	h := start(t, g, "  strategy: inflight\n  inflight: {limit: 1}",
 		"routes:\n  - name: heavy\n    pathPrefix: /heavy\n    cost: 2\n    admission: {strategy: inflight, inflight: {limit: 2}}\n  - name: free\n    pathPrefix: /free\n    admission: {strategy: none}")
 	done := make(chan int, 1)
@@ -103,13 +86,13 @@ func TestRoutesHaveTheirOwnPolicy(t *testing.T) {
 	}
 	close(g.release)
 	<-done
-	if got := testutil.ToFloat64(h.srv.h.metrics.Shed.WithLabelValues("heavy", "inflight", "concurrency_limit", "critical")); got != 1 {
+	if got := testutil.ToFloat64(h.srv.gate.Metrics().Shed.WithLabelValues("heavy", "inflight", "concurrency_limit", "critical", "http")); got != 1 {
 		t.Fatalf("heavy route shed metric = %v", got)
 	}
 }
 
 func TestPerClientLimitsAndDenyList(t *testing.T) {
-	h := start(t, newGate(), "  strategy: none", "headers: {clientKey: X-Client}\nclients: {rate: 0.001, burst: 2, maxKeys: 10, allow: [vip], deny: [bad]}")
+	h := start(t, newValve(), "  strategy: none", "headers: {clientKey: X-Client}\nclients: {rate: 0.001, burst: 2, maxKeys: 10, allow: [vip], deny: [bad]}")
 	for range 2 {
 		if res, _ := get(t, h.front.URL+"/", "X-Client", "a"); res.StatusCode != 200 {
 			t.Fatalf("within burst: %d", res.StatusCode)
@@ -134,14 +117,14 @@ func TestPerClientLimitsAndDenyList(t *testing.T) {
 }
 
 func TestDryRunCountsButAdmits(t *testing.T) {
-	g := newGate()
+	g := newValve()
 	h := start(t, g, "  strategy: token-bucket\n  dryRun: true\n  tokenBucket: {rate: 0.001, burst: 1}")
 	for i := range 4 {
 		if res, _ := get(t, h.front.URL+"/"); res.StatusCode != 200 {
 			t.Fatalf("request %d: %d, a dry run admits everything", i, res.StatusCode)
 		}
 	}
-	if got := testutil.ToFloat64(h.srv.h.metrics.DryRunShed.WithLabelValues("default", "token-bucket", "rate_limited", "critical")); got != 3 {
+	if got := testutil.ToFloat64(h.srv.gate.Metrics().DryRunShed.WithLabelValues("default", "token-bucket", "rate_limited", "critical", "http")); got != 3 {
 		t.Fatalf("would-shed = %v, want 3", got)
 	}
 	if n, _ := testutil.GatherAndCount(h.reg, "loadshed_shed_total"); n != 0 {
@@ -150,7 +133,7 @@ func TestDryRunCountsButAdmits(t *testing.T) {
 }
 
 func TestReloadKeepsStateAndRejectsInvalid(t *testing.T) {
-	g := newGate()
+	g := newValve()
 	up := newUpstream(t, g)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "config.yaml")
@@ -166,14 +149,11 @@ func TestReloadKeepsStateAndRejectsInvalid(t *testing.T) {
 		}
 	}
 	write("  strategy: inflight\n  inflight: {limit: 1}")
-	cfg, err := config.Load(path)
+	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(cfg, Options{ConfigPath: path})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newProxy(t, string(data), Options{ConfigPath: path}).srv
 	front := newFront(t, s)
 	done := make(chan int, 1)
 	go func() {
@@ -181,17 +161,17 @@ func TestReloadKeepsStateAndRejectsInvalid(t *testing.T) {
 		done <- res.StatusCode
 	}()
 	until(t, "a request in flight", func() bool { return g.waiting.Load() == 1 })
-	before := s.h.state.Load().def
+	before := s.gate.Policies()[0]
 
 	// An invalid change is rejected; the running configuration (and its state) stays.
 	write("  strategy: inflight\n  inflight: {limit: -3}")
 	if err := s.Reload(); err == nil || !strings.Contains(err.Error(), "admission.inflight.limit") {
 		t.Fatalf("invalid reload: %v, want an error naming admission.inflight.limit", err)
 	}
-	if s.h.state.Load().def != before {
+	if s.gate.Policies()[0] != before {
 		t.Fatal("an invalid reload replaced the running policy")
 	}
-	if got := testutil.ToFloat64(s.h.metrics.Reloads.WithLabelValues("failure")); got != 1 {
+	if got := testutil.ToFloat64(s.gate.Metrics().Reloads.WithLabelValues("failure")); got != 1 {
 		t.Fatalf("failure count %v", got)
 	}
 	if res, _ := get(t, front+"/"); res.StatusCode != 503 {
@@ -203,7 +183,7 @@ func TestReloadKeepsStateAndRejectsInvalid(t *testing.T) {
 	if err := s.Reload(); err != nil {
 		t.Fatal(err)
 	}
-	if s.h.state.Load().def != before || s.stageStates()[0].InFlight != 1 {
+	if s.gate.Policies()[0] != before || s.StageStates()[0].InFlight != 1 {
 		t.Fatal("an unchanged policy must carry its state across a reload")
 	}
 	// A new limit takes effect for new requests; the one in flight still completes.
@@ -218,5 +198,24 @@ func TestReloadKeepsStateAndRejectsInvalid(t *testing.T) {
 	if code := <-done; code != 200 {
 		t.Fatalf("the request in flight across reloads got %d", code)
 	}
-	until(t, "the old policy to drain", func() bool { return before.state()[0].InFlight == 0 })
+	until(t, "the old policy to drain", func() bool { return before.Stats().InFlight == 0 })
+}
+
+// TestExpiredGRPCDeadlineIsRefused: gRPC clients send "grpc-timeout: 0n" when their deadline has
+// already passed. Such a request is refused as past its deadline and never reaches the upstream;
+// before the fix a zero timeout read as "no deadline" and the request was served.
+func TestExpiredGRPCDeadlineIsRefused(t *testing.T) {
+	for _, admissionYAML := range []string{"  strategy: none", "  strategy: inflight\n  inflight: {limit: 4}"} {
+		g := newValve()
+		h := start(t, g, admissionYAML)
+		for _, hdr := range [][]string{{"Grpc-Timeout", "0n"}, {"Grpc-Timeout", "0S"}, {"X-Request-Timeout", "1e-10"}} {
+			res, body := get(t, h.front.URL+"/", hdr...)
+			if res.StatusCode != 503 || res.Header.Get("X-Loadshed-Reason") != "deadline" || res.Header.Get("Retry-After") == "" {
+				t.Errorf("%s %s: %d %q, want 503 deadline with Retry-After", admissionYAML, hdr, res.StatusCode, body)
+			}
+		}
+		if g.hits.Load() != 0 {
+			t.Errorf("%s: %d requests past their deadline reached the upstream", admissionYAML, g.hits.Load())
+		}
+	}
 }

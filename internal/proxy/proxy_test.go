@@ -15,15 +15,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-
-	"github.com/loadshed/loadshed/internal/config"
 )
 
-// gate is an upstream whose requests block until released, so tests control concurrency
+// valve is an upstream whose requests block until released, so tests control concurrency
 // without timing guesses.
-type gate struct {
+type valve struct {
 	hits    atomic.Int64
 	waiting atomic.Int64
 	release chan struct{}
@@ -31,9 +28,9 @@ type gate struct {
 	delay   atomic.Int64 // service time of every request, nanoseconds
 }
 
-func newGate() *gate { return &gate{release: make(chan struct{})} }
+func newValve() *valve { return &valve{release: make(chan struct{})} }
 
-func (g *gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (g *valve) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.hits.Add(1)
 	g.last.Store(r.Clone(context.Background()))
 	if d := g.delay.Load(); d > 0 {
@@ -77,30 +74,25 @@ func newFront(t *testing.T, s *Server) string {
 	return front.URL
 }
 
+// harness is a proxy in front of an httptest upstream.
 type harness struct {
-	srv      *Server
-	front    *httptest.Server
+	*running
 	upstream *httptest.Server
-	reg      *prometheus.Registry
 }
 
+// start serves upstream and a proxy with the given admission block (and extra top-level YAML)
+// in front of it.
 func start(t *testing.T, upstream http.Handler, admissionYAML string, extra ...string) *harness {
 	t.Helper()
 	up := httptest.NewServer(upstream)
 	t.Cleanup(up.Close)
-	y := fmt.Sprintf("upstream: %s\nlisten: 127.0.0.1:0\nadminListen: 127.0.0.1:0\n%s\nadmission:\n%s", up.URL, strings.Join(extra, "\n"), admissionYAML)
-	cfg, err := config.Parse([]byte(y))
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := prometheus.NewRegistry()
-	s, err := New(cfg, Options{Registry: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	front := httptest.NewServer(s.Handler())
-	t.Cleanup(front.Close)
-	return &harness{srv: s, front: front, upstream: up, reg: reg}
+	return &harness{running: frontProxy(t, proxyYAML(up.URL, admissionYAML, extra...)), upstream: up}
+}
+
+// proxyYAML is a configuration file for upstream with an admission block and extra top-level
+// keys, listening on loopback.
+func proxyYAML(upstream, admissionYAML string, extra ...string) string {
+	return fmt.Sprintf("upstream: %s\nlisten: 127.0.0.1:0\nadminListen: 127.0.0.1:0\n%s\nadmission:\n%s\n", upstream, strings.Join(extra, "\n"), admissionYAML)
 }
 
 func get(t *testing.T, url string, hdr ...string) (*http.Response, string) {
@@ -119,7 +111,7 @@ func get(t *testing.T, url string, hdr ...string) (*http.Response, string) {
 }
 
 func TestInflightShedsWith503AndRetryAfter(t *testing.T) {
-	g := newGate()
+	g := newValve()
 	h := start(t, g, "  strategy: inflight\n  inflight: {limit: 1}")
 	done := make(chan int)
 	go func() {
@@ -141,17 +133,17 @@ func TestInflightShedsWith503AndRetryAfter(t *testing.T) {
 	if g.hits.Load() != 1 {
 		t.Fatalf("upstream saw %d requests; the shed one must not reach it", g.hits.Load())
 	}
-	until(t, "in-flight to return to zero", func() bool { return h.srv.stageStates()[0].InFlight == 0 })
-	if got := testutil.ToFloat64(h.srv.h.metrics.Shed.WithLabelValues("default", "inflight", "concurrency_limit", "critical")); got != 1 {
+	until(t, "in-flight to return to zero", func() bool { return h.srv.StageStates()[0].InFlight == 0 })
+	if got := testutil.ToFloat64(h.srv.gate.Metrics().Shed.WithLabelValues("default", "inflight", "concurrency_limit", "critical", "http")); got != 1 {
 		t.Fatalf("shed metric = %v, want 1", got)
 	}
-	if got := testutil.ToFloat64(h.srv.h.metrics.Requests.WithLabelValues("default", "inflight", "success", "200")); got != 1 {
+	if got := testutil.ToFloat64(h.srv.gate.Metrics().Requests.WithLabelValues("default", "inflight", "http", "success", "200")); got != 1 {
 		t.Fatalf("success metric = %v, want 1", got)
 	}
 }
 
 func TestTokenBucketSheds429(t *testing.T) {
-	h := start(t, newGate(), "  strategy: token-bucket\n  tokenBucket: {rate: 0.001, burst: 2}")
+	h := start(t, newValve(), "  strategy: token-bucket\n  tokenBucket: {rate: 0.001, burst: 2}")
 	for i := range 2 {
 		if res, _ := get(t, h.front.URL+"/"); res.StatusCode != 200 {
 			t.Fatalf("request %d: %d", i, res.StatusCode)
@@ -172,33 +164,27 @@ func TestUpstreamFailuresAre502And504NotSheds(t *testing.T) {
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	dead := "http://" + ln.Addr().String()
 	ln.Close()
-	cfg, _ := config.Parse([]byte("upstream: " + dead + "\nadmission: {strategy: inflight, inflight: {limit: 4}}\nupstreamTimeout: 200ms\n"))
-	s, err := New(cfg, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	front := httptest.NewServer(s.Handler())
-	defer front.Close()
+	front := frontProxy(t, "upstream: "+dead+"\nadmission: {strategy: inflight, inflight: {limit: 4}}\nupstreamTimeout: 200ms\n").front
 	res, _ := get(t, front.URL+"/")
 	if res.StatusCode != 502 || res.Header.Get("Retry-After") != "" {
 		t.Fatalf("refused upstream: %d (Retry-After %q), want 502 without Retry-After", res.StatusCode, res.Header.Get("Retry-After"))
 	}
 	// An upstream that never answers: 504 after upstreamTimeout.
-	g := newGate()
+	g := newValve()
 	defer close(g.release)
 	h := start(t, g, "  strategy: inflight\n  inflight: {limit: 4}", "upstreamTimeout: 200ms")
 	res, _ = get(t, h.front.URL+"/?wait=1")
 	if res.StatusCode != 504 {
 		t.Fatalf("hung upstream: %d, want 504", res.StatusCode)
 	}
-	until(t, "permit release after 504", func() bool { return h.srv.stageStates()[0].InFlight == 0 })
-	if got := testutil.ToFloat64(h.srv.h.metrics.Requests.WithLabelValues("default", "inflight", "upstream_timeout", "504")); got != 1 {
+	until(t, "permit release after 504", func() bool { return h.srv.StageStates()[0].InFlight == 0 })
+	if got := testutil.ToFloat64(h.srv.gate.Metrics().Requests.WithLabelValues("default", "inflight", "http", "upstream_timeout", "504")); got != 1 {
 		t.Fatalf("upstream_timeout metric = %v", got)
 	}
 }
 
 func TestForwardsOnlyToUpstreamWithDeliberateHeaders(t *testing.T) {
-	g := newGate()
+	g := newValve()
 	h := start(t, g, "  strategy: none")
 	// An absolute URL naming another host, a spoofed X-Forwarded-For, a hop-by-hop header.
 	conn, err := net.Dial("tcp", strings.TrimPrefix(h.front.URL, "http://"))
@@ -227,7 +213,7 @@ func TestForwardsOnlyToUpstreamWithDeliberateHeaders(t *testing.T) {
 }
 
 func TestTrustedForwardedHeadersAppend(t *testing.T) {
-	g := newGate()
+	g := newValve()
 	h := start(t, g, "  strategy: none", "trustForwardedHeaders: true")
 	get(t, h.front.URL+"/", "X-Forwarded-For", "10.0.0.1", "X-Forwarded-Proto", "https")
 	r := g.last.Load()
@@ -240,7 +226,7 @@ func TestTrustedForwardedHeadersAppend(t *testing.T) {
 }
 
 func TestClientLeavingTheQueueCostsNoUpstreamCall(t *testing.T) {
-	g := newGate()
+	g := newValve()
 	h := start(t, g, "  strategy: bounded-queue\n  boundedQueue: {concurrency: 1, depth: 4, maxWait: 1m}")
 	first := make(chan int)
 	go func() {
@@ -255,15 +241,15 @@ func TestClientLeavingTheQueueCostsNoUpstreamCall(t *testing.T) {
 		_, err := http.DefaultClient.Do(req)
 		errc <- err
 	}()
-	until(t, "the second request to queue", func() bool { return h.srv.stageStates()[0].QueueDepth == 1 })
+	until(t, "the second request to queue", func() bool { return h.srv.StageStates()[0].QueueDepth == 1 })
 	cancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("client error %v", err)
 	}
-	until(t, "the queue to empty", func() bool { return h.srv.stageStates()[0].QueueDepth == 0 })
+	until(t, "the queue to empty", func() bool { return h.srv.StageStates()[0].QueueDepth == 0 })
 	close(g.release)
 	<-first
-	until(t, "in-flight to return to zero", func() bool { return h.srv.stageStates()[0].InFlight == 0 })
+	until(t, "in-flight to return to zero", func() bool { return h.srv.StageStates()[0].InFlight == 0 })
 	if g.hits.Load() != 1 {
 		t.Fatalf("upstream calls = %d, want 1: the abandoned request must not be forwarded", g.hits.Load())
 	}
@@ -287,14 +273,14 @@ func TestAbortedUpstreamBodyReleasesPermit(t *testing.T) {
 	if err == nil {
 		t.Fatal("the client must see the truncated response as an error")
 	}
-	until(t, "in-flight to return to zero", func() bool { return h.srv.stageStates()[0].InFlight == 0 })
-	if got := testutil.ToFloat64(h.srv.h.metrics.Requests.WithLabelValues("default", "inflight", "upstream_error", "200")); got != 1 {
+	until(t, "in-flight to return to zero", func() bool { return h.srv.StageStates()[0].InFlight == 0 })
+	if got := testutil.ToFloat64(h.srv.gate.Metrics().Requests.WithLabelValues("default", "inflight", "http", "upstream_error", "200")); got != 1 {
 		t.Fatalf("upstream_error metric = %v, want 1", got)
 	}
 }
 
 func TestBodyLimit(t *testing.T) {
-	h := start(t, newGate(), "  strategy: none", "server: {maxBodyBytes: 10}")
+	h := start(t, newValve(), "  strategy: none", "server: {maxBodyBytes: 10}")
 	res, err := http.Post(h.front.URL+"/", "text/plain", strings.NewReader(strings.Repeat("x", 100)))
 	if err != nil {
 		t.Fatal(err)
@@ -305,35 +291,14 @@ func TestBodyLimit(t *testing.T) {
 	}
 }
 
-func TestRetryAfterSeconds(t *testing.T) {
-	for d, want := range map[time.Duration]string{0: "1", time.Millisecond: "1", time.Second: "1", 1001 * time.Millisecond: "2", 90 * time.Second: "90"} {
-		if got := retryAfterSeconds(d); got != want {
-			t.Errorf("%v: %s, want %s", d, got, want)
-		}
-	}
-}
-
 // TestGracefulShutdown: after cancel, /readyz fails at once while serving continues through the
 // drain delay; then an in-flight request still completes and Serve returns nil.
 func TestGracefulShutdown(t *testing.T) {
-	g := newGate()
+	g := newValve()
 	up := httptest.NewServer(g)
 	defer up.Close()
-	cfg, err := config.Parse([]byte("upstream: " + up.URL + "\nlisten: 127.0.0.1:0\nadminListen: 127.0.0.1:0\nshutdown: {drainDelay: 300ms, gracePeriod: 5s}\nadmission: {strategy: inflight, inflight: {limit: 4}}\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(cfg, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	data, admin := s.Addrs()
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error)
-	go func() { served <- s.Serve(ctx) }()
+	p := serveProxy(t, "upstream: "+up.URL+"\nlisten: 127.0.0.1:0\nadminListen: 127.0.0.1:0\nshutdown: {drainDelay: 300ms, gracePeriod: 5s}\nadmission: {strategy: inflight, inflight: {limit: 4}}\n", Options{})
+	data, admin := p.data, p.admin
 	until(t, "readiness", func() bool {
 		res, err := http.Get("http://" + admin + "/readyz")
 		if err != nil {
@@ -353,7 +318,7 @@ func TestGracefulShutdown(t *testing.T) {
 		inflight <- res.StatusCode
 	}()
 	until(t, "the request upstream", func() bool { return g.waiting.Load() == 1 })
-	cancel()
+	p.shutdown()
 	until(t, "readiness off", func() bool {
 		res, err := http.Get("http://" + admin + "/readyz")
 		if err != nil {
@@ -373,7 +338,7 @@ func TestGracefulShutdown(t *testing.T) {
 	if code := <-inflight; code != 200 {
 		t.Fatalf("in-flight request got %d, want 200", code)
 	}
-	if err := <-served; err != nil {
+	if err := p.wait(); err != nil {
 		t.Fatalf("Serve: %v", err)
 	}
 }

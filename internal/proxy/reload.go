@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"net/url"
 	"os"
 	"os/signal"
 	"syscall"
@@ -15,8 +17,9 @@ import (
 // errNoConfigFile: the server was built from a configuration that did not come from a file.
 var errNoConfigFile = errors.New("no configuration file to reload")
 
-// Reload reads the configuration file again (on SIGHUP, or when the watcher sees it change). A valid configuration takes effect at once, for
-// new requests, without failing any request in flight or queued: policies whose route and
+// Reload reads the configuration file again (on SIGHUP, or when the watcher sees it change). A
+// valid configuration takes effect at once, for new requests, without failing any request in
+// flight or queued: policies whose route and
 // admission configuration are unchanged keep their state; replaced policies finish serving
 // what they hold. An invalid configuration is rejected, logged with every field that is wrong
 // and counted in loadshed_config_reloads_total{result="failure"}; the running one stays.
@@ -32,15 +35,15 @@ func (s *Server) Reload() error {
 		err = s.apply(data)
 	}
 	if err != nil {
-		s.h.metrics.Reloads.WithLabelValues("failure").Inc()
-		s.h.metrics.ReloadOK.Set(0)
+		s.gate.Metrics().Reloads.WithLabelValues("failure").Inc()
+		s.gate.Metrics().ReloadOK.Set(0)
 		s.log.Error("configuration reload rejected; the running configuration stays", "file", s.configPath, "err", err)
 		s.lastRejected = data
 		return err
 	}
 	s.lastConfig = data
-	s.h.metrics.Reloads.WithLabelValues("success").Inc()
-	s.h.metrics.ReloadOK.Set(1)
+	s.gate.Metrics().Reloads.WithLabelValues("success").Inc()
+	s.gate.Metrics().ReloadOK.Set(1)
 	return nil
 }
 
@@ -49,16 +52,20 @@ func (s *Server) apply(data []byte) error {
 	if err != nil {
 		return err
 	}
-	old := s.h.state.Load()
-	if cfg.Listen != old.cfg.Listen || cfg.AdminListen != old.cfg.AdminListen || cfg.UpstreamTimeout != old.cfg.UpstreamTimeout || cfg.Server != old.cfg.Server {
+	old := s.gate.Config()
+	if cfg.Listen != old.Listen || cfg.AdminListen != old.AdminListen || cfg.UpstreamTimeout != old.UpstreamTimeout || cfg.Server != old.Server {
 		s.log.Warn("listen, adminListen, upstreamTimeout and server settings apply at the next restart; keeping the running values")
-		cfg.Listen, cfg.AdminListen, cfg.UpstreamTimeout, cfg.Server = old.cfg.Listen, old.cfg.AdminListen, old.cfg.UpstreamTimeout, old.cfg.Server
+		cfg.Listen, cfg.AdminListen, cfg.UpstreamTimeout, cfg.Server = old.Listen, old.AdminListen, old.UpstreamTimeout, old.Server
 	}
-	st, err := buildState(cfg, old)
-	if err != nil {
+	if _, err := url.Parse(cfg.Upstream); err != nil {
+		return fmt.Errorf("upstream: %w", err)
+	}
+	if err := s.gate.Update(cfg); err != nil {
 		return err
 	}
-	s.h.state.Store(st)
+	if err := s.h.setUpstream(cfg.Upstream); err != nil {
+		return err
+	}
 	s.log.Info("configuration reloaded", "file", s.configPath, "strategy", cfg.Admission.Strategy, "routes", len(cfg.Routes))
 	return nil
 }
@@ -70,8 +77,8 @@ func (s *Server) watch(ctx context.Context) {
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	var tick <-chan time.Time
-	if st := s.h.state.Load(); st.cfg.Reload.Watch {
-		t := time.NewTicker(st.cfg.Reload.Interval.D())
+	if cfg := s.gate.Config(); cfg.Reload.Watch {
+		t := time.NewTicker(cfg.Reload.Interval.D())
 		defer t.Stop()
 		tick = t.C
 	}

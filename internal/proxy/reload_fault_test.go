@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -16,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/loadshed/loadshed/internal/config"
+	"github.com/loadshed/loadshed/internal/gate"
 )
 
 // TestFaultReloadStormUnderLoad: hundreds of reloads in a burst, valid (switching strategy and
@@ -24,7 +24,7 @@ import (
 // served; every invalid reload is rejected and counted, and the last valid configuration keeps
 // running; every policy replaced along the way releases all its permits.
 func TestFaultReloadStormUnderLoad(t *testing.T) {
-	g := newGate()
+	g := newValve()
 	up := newUpstream(t, g)
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	head := "upstream: " + up + "\nadminListen: 127.0.0.1:0\nshutdown: {drainDelay: 0s, gracePeriod: 2s}\nreload: {watch: true, interval: 1ms}\n"
@@ -60,21 +60,12 @@ func TestFaultReloadStormUnderLoad(t *testing.T) {
 		}
 	}
 	write(valid[0])
-	cfg, err := config.Load(path)
+	data0, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(cfg, Options{ConfigPath: path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	data, _ := s.Addrs()
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- s.Serve(ctx) }()
+	px := serveProxy(t, string(data0), Options{ConfigPath: path})
+	s, data := px.srv, px.data
 
 	var stop atomic.Bool
 	var sent, bad atomic.Int64
@@ -108,7 +99,7 @@ func TestFaultReloadStormUnderLoad(t *testing.T) {
 		}()
 	}
 
-	seen := map[*policy]bool{}
+	seen := map[*gate.Policy]bool{}
 	var last *config.Config
 	failures := 0
 	for i := range 600 {
@@ -118,7 +109,7 @@ func TestFaultReloadStormUnderLoad(t *testing.T) {
 				t.Fatalf("reload %d: invalid config %q accepted", i, invalid[i%len(invalid)])
 			}
 			failures++
-			if got := s.h.state.Load().cfg; !reflect.DeepEqual(got.Admission, last.Admission) || !reflect.DeepEqual(got.Routes, last.Routes) {
+			if got := s.gate.Config(); !reflect.DeepEqual(got.Admission, last.Admission) || !reflect.DeepEqual(got.Routes, last.Routes) {
 				t.Fatalf("reload %d: after an invalid reload the running config changed", i)
 			}
 			continue
@@ -132,24 +123,24 @@ func TestFaultReloadStormUnderLoad(t *testing.T) {
 		if err := s.Reload(); err != nil {
 			t.Fatalf("reload %d: %v", i, err)
 		}
-		st := s.h.state.Load()
-		if st.cfg.Listen != "127.0.0.1:0" {
-			t.Fatalf("reload %d: listen changed to %q at run time", i, st.cfg.Listen)
+		got := s.gate.Config()
+		if got.Listen != "127.0.0.1:0" {
+			t.Fatalf("reload %d: listen changed to %q at run time", i, got.Listen)
 		}
-		last = st.cfg
-		for _, p := range st.policies() {
+		last = got
+		for _, p := range s.gate.Policies() {
 			seen[p] = true
 		}
 	}
 	// The storm ended on an invalid file: the gauge says so until the next valid reload.
-	if got := testutil.ToFloat64(s.h.metrics.ReloadOK); got != 0 {
+	if got := testutil.ToFloat64(s.gate.Metrics().ReloadOK); got != 0 {
 		t.Fatalf("last reload successful = %v after an invalid reload, want 0", got)
 	}
 	write(valid[0])
 	if err := s.Reload(); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range s.h.state.Load().policies() {
+	for _, p := range s.gate.Policies() {
 		seen[p] = true
 	}
 	stop.Store(true)
@@ -161,22 +152,18 @@ func TestFaultReloadStormUnderLoad(t *testing.T) {
 		t.Fatal("no requests were sent during the storm")
 	}
 	t.Logf("%d requests served across 600 reloads (%d invalid), %d policies built", sent.Load(), failures, len(seen))
-	if got := testutil.ToFloat64(s.h.metrics.Reloads.WithLabelValues("failure")); got < float64(failures) {
+	if got := testutil.ToFloat64(s.gate.Metrics().Reloads.WithLabelValues("failure")); got < float64(failures) {
 		t.Fatalf("failed reloads counted %v, want at least %d", got, failures)
 	}
-	if got := testutil.ToFloat64(s.h.metrics.ReloadOK); got != 1 {
+	if got := testutil.ToFloat64(s.gate.Metrics().ReloadOK); got != 1 {
 		t.Fatalf("last reload successful = %v after a valid reload, want 1", got)
 	}
 	for p := range seen {
-		if p.limiter == nil {
-			continue
-		}
-		if st := p.limiter.Stats(); st.InFlight != 0 || st.QueuedRequests != 0 {
-			t.Fatalf("policy %s/%s kept %d in flight, %d queued", p.route, p.strategy, st.InFlight, st.QueuedRequests)
+		if st := p.Stats(); st.InFlight != 0 || st.QueuedRequests != 0 {
+			t.Fatalf("policy %s/%s kept %d in flight, %d queued", p.Route(), p.Strategy(), st.InFlight, st.QueuedRequests)
 		}
 	}
-	cancel()
-	if err := <-served; err != nil {
+	if err := px.stop(); err != nil {
 		t.Fatalf("Serve: %v", err)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/loadshed/loadshed/internal/config"
+	"github.com/loadshed/loadshed/internal/gate"
 	"github.com/loadshed/loadshed/internal/metrics"
 )
 
@@ -36,6 +37,7 @@ type Options struct {
 
 // Server is a running proxy.
 type Server struct {
+	gate     *gate.Gate
 	h        *handler
 	reg      *prometheus.Registry
 	log      *slog.Logger
@@ -64,28 +66,22 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	if s.log == nil {
 		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	st, err := buildState(cfg, nil)
+	g, err := gate.New(cfg, gate.Options{Registerer: s.reg})
 	if err != nil {
 		return nil, err
 	}
-	s.h = &handler{log: s.log}
-	s.h.state.Store(st)
-	s.h.metrics = metrics.New(s.reg, s.stageStates)
+	s.gate = g
+	s.h = &handler{gate: g, log: s.log, maxBody: cfg.Server.MaxBodyBytes}
+	if err := s.h.setUpstream(cfg.Upstream); err != nil {
+		return nil, err
+	}
 	s.transport = newTransport(cfg)
 	s.h.proxy = s.h.newReverseProxy(s.transport)
 	return s, nil
 }
 
 // StageStates reports every strategy stage's current state (what the gauges show).
-func (s *Server) StageStates() []metrics.StageState { return s.stageStates() }
-
-func (s *Server) stageStates() []metrics.StageState {
-	var out []metrics.StageState
-	for _, p := range s.h.state.Load().policies() {
-		out = append(out, p.state()...)
-	}
-	return out
-}
+func (s *Server) StageStates() []metrics.StageState { return s.gate.StageStates() }
 
 // Handler returns the data-port handler (for tests that serve it themselves).
 func (s *Server) Handler() http.Handler { return s.h }
@@ -109,7 +105,7 @@ func (s *Server) AdminHandler() http.Handler {
 
 // Listen opens the data and admin listeners (":0" picks free ports; see Addrs).
 func (s *Server) Listen() error {
-	cfg := s.h.state.Load().cfg
+	cfg := s.gate.Config()
 	var err error
 	if s.dataLn, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return fmt.Errorf("listen: %w", err)
@@ -136,7 +132,7 @@ func (s *Server) Serve(ctx context.Context) error {
 			return err
 		}
 	}
-	cfg := s.h.state.Load().cfg
+	cfg := s.gate.Config()
 	s.data = &http.Server{
 		Handler:           s.h,
 		ReadHeaderTimeout: cfg.Server.ReadHeaderTimeout.D(),
@@ -180,9 +176,9 @@ func serveErr(which string, err error) error {
 }
 
 func (s *Server) shutdown() error {
-	cfg := s.h.state.Load().cfg
+	cfg := s.gate.Config()
 	s.draining.Store(true)
-	s.h.metrics.Draining.Set(1)
+	s.gate.Metrics().Draining.Set(1)
 	// Answers from now on say "Connection: close", so clients move to other pods while the
 	// endpoints update instead of reusing a connection that will close.
 	s.data.SetKeepAlivesEnabled(false)
@@ -193,13 +189,7 @@ func (s *Server) shutdown() error {
 	s.log.Info("closing the data listener; finishing in-flight and queued requests", "gracePeriod", grace)
 	// At the end of the grace period, whatever still waits in a queue is refused (503 draining,
 	// with Retry-After); admitted requests keep going until they finish.
-	refuseQueued := time.AfterFunc(grace, func() {
-		for _, p := range s.h.state.Load().policies() {
-			if p.limiter != nil {
-				p.limiter.Drain()
-			}
-		}
-	})
+	refuseQueued := time.AfterFunc(grace, s.gate.Drain)
 	defer refuseQueued.Stop()
 	// In-flight requests are bounded by the upstream timeout; past that, the connections close.
 	hard, cancel := context.WithTimeout(context.Background(), grace+cfg.UpstreamTimeout.D()+5*time.Second)

@@ -17,6 +17,8 @@ import (
 	"io"
 	"math"
 	"time"
+
+	"github.com/loadshed/loadshed/internal/config"
 )
 
 // DefaultAdmission is the proxy's admission block for a soak: the adaptive limit with a short
@@ -116,6 +118,8 @@ func (c Config) Validate() error {
 	}
 	if c.Admission == "" {
 		add("Admission", "required (an admission block, e.g. %q)", DefaultAdmission)
+	} else if _, err := config.ParseAdmission([]byte(c.Admission)); err != nil {
+		add("Admission", "%v", err)
 	}
 	if c.WorkDir == "" {
 		add("WorkDir", "required")

@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/loadshed/loadshed/internal/config"
+
 	"github.com/loadshed/loadshed/internal/live"
 	"github.com/loadshed/loadshed/internal/loadgen"
 	"github.com/loadshed/loadshed/internal/slowtail"
@@ -64,7 +66,11 @@ func Run(ctx context.Context, c Config) (*Summary, error) {
 
 	service := slowtail.DefaultConfig()
 	service.Mean, service.Stddev = c.Service, c.Service/4
-	env, err := live.Start(live.Setup{Workers: c.Workers, Service: service, Admission: c.Admission, ProxyBinary: bin, Stderr: proxyLog, Extra: warmExtra})
+	adm, err := config.ParseAdmission([]byte(c.Admission))
+	if err != nil {
+		return nil, err
+	}
+	env, err := live.Start(live.Setup{Workers: c.Workers, Service: service, Admission: *adm, ProxyBinary: bin, Stderr: proxyLog, Extra: warmExtra})
 	if err != nil {
 		return nil, fmt.Errorf("starting the backend and the proxy: %w", err)
 	}

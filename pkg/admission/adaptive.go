@@ -27,7 +27,8 @@ type AdaptiveConfig struct {
 	MinSamples        int
 	// MinRTTWindows is how many windows the no-load latency estimate remembers (default 100).
 	MinRTTWindows int
-	// QueueDepth and MaxWait configure the optional wait queue (depth 0: refuse at once).
+	// QueueDepth and MaxWait configure the optional wait queue (depth 0: refuse at once); a
+	// queue's MaxWait must be positive.
 	QueueDepth int64
 	MaxWait    time.Duration
 	Priorities PriorityConfig
@@ -50,13 +51,8 @@ func (c *AdaptiveConfig) defaults() {
 
 // Validate reports every problem with the configuration.
 func (c AdaptiveConfig) Validate() error {
-	var errs fieldErrors
-	c.validate(&errs)
-	return errs.err()
-}
-
-func (c AdaptiveConfig) validate(errs *fieldErrors) {
 	c.defaults()
+	var errs fieldErrors
 	if c.Algorithm == nil {
 		errs.add("algorithm", "required")
 	}
@@ -81,10 +77,11 @@ func (c AdaptiveConfig) validate(errs *fieldErrors) {
 	if c.QueueDepth < 0 {
 		errs.add("queue.depth", "must not be negative, got %d", c.QueueDepth)
 	}
-	if c.MaxWait < 0 {
-		errs.add("queue.maxWait", "must not be negative, got %s", c.MaxWait)
+	if c.MaxWait < 0 || (c.QueueDepth > 0 && c.MaxWait == 0) {
+		errs.add("queue.maxWait", "must be a positive duration (how long a request may wait) when queue.depth is set, got %s", c.MaxWait)
 	}
-	c.Priorities.validate(errs)
+	errs.nest("priorities", c.Priorities.Validate())
+	return errs.err()
 }
 
 // NewAdaptive returns the adaptive strategy as a Core.
@@ -152,10 +149,6 @@ func (c *controller) grow(now time.Time, cur, want float64) float64 {
 	return min(max(cur, want), c.slowCap, c.max)
 }
 
-// minSampleRTT: latencies below this are not samples of a real upstream round trip (Netflix
-// ignores RTTs under 100 µs too).
-const minSampleRTT = 100 * time.Microsecond
-
 // sample takes one outcome and returns the limit, updated when a window closes.
 func (c *controller) sample(now time.Time, rtt time.Duration, o Outcome, cur float64, backlog int) float64 {
 	if c.start.IsZero() {
@@ -164,7 +157,7 @@ func (c *controller) sample(now time.Time, rtt time.Duration, o Outcome, cur flo
 	}
 	switch o {
 	case Success:
-		if rtt >= minSampleRTT {
+		if rtt >= limit.MinMeaningfulRTT {
 			c.rtts = append(c.rtts, rtt)
 		}
 	case Dropped:

@@ -171,7 +171,7 @@ func TestBoundedQueueFIFOTimeoutAndFull(t *testing.T) {
 }
 
 func TestBoundedQueueServesInArrivalOrder(t *testing.T) {
-	l, _ := newLimiter(t, must(admission.NewBoundedQueue(admission.BoundedQueueConfig{Concurrency: 1, Depth: 10})))
+	l, _ := newLimiter(t, must(admission.NewBoundedQueue(admission.BoundedQueueConfig{Concurrency: 1, Depth: 10, MaxWait: time.Minute})))
 	ctx := context.Background()
 	hold, _ := l.Admit(ctx, admission.Request{})
 	var chans []<-chan result
@@ -231,7 +231,7 @@ func TestDeadlineRefusedAtDoorAndInQueue(t *testing.T) {
 }
 
 func TestPriorityJumpsQueueAndDisplacesLowest(t *testing.T) {
-	l, _ := newLimiter(t, must(admission.NewBoundedQueue(admission.BoundedQueueConfig{Concurrency: 1, Depth: 2})))
+	l, _ := newLimiter(t, must(admission.NewBoundedQueue(admission.BoundedQueueConfig{Concurrency: 1, Depth: 2, MaxWait: time.Minute})))
 	ctx := context.Background()
 	hold, _ := l.Admit(ctx, admission.Request{Priority: admission.Critical})
 	low1 := admitAsync(l, ctx, admission.Request{Priority: admission.Sheddable})

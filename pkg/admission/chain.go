@@ -7,7 +7,9 @@ import "time"
 // before it (their permits are released with Ignore); permits are released in reverse order.
 func NewChain(stages ...Core) (Core, error) {
 	if len(stages) == 0 {
-		return nil, &ConfigError{Problems: []string{"chain: needs at least one stage"}}
+		var errs fieldErrors
+		errs.add("chain", "needs at least one stage")
+		return nil, errs.err()
 	}
 	return &chain{stages: stages}, nil
 }
@@ -161,6 +163,28 @@ func (c *chain) Drain(now time.Time, ev *Events) {
 		s.Drain(now, &c.sub)
 	}
 	c.settle(now, ev)
+}
+
+// estimate: the wait at the stage holding the ticket, plus the longest wait of every stage after
+// it, within the request's deadline.
+func (c *chain) estimate(now time.Time, t *Ticket) Queued {
+	q := queuedWait(c.stages[t.stage], now, t.children[t.stage])
+	for _, s := range c.stages[t.stage+1:] {
+		q.Bound += s.maxQueueWait()
+	}
+	if d := t.Req.Deadline; !d.IsZero() && (q.Bound == 0 || d.Sub(now) < q.Bound) {
+		q.Bound = max(d.Sub(now), 0)
+	}
+	return q
+}
+
+// maxQueueWait: a request may wait in every stage in turn.
+func (c *chain) maxQueueWait() time.Duration {
+	var d time.Duration
+	for _, s := range c.stages {
+		d += s.maxQueueWait()
+	}
+	return d
 }
 
 func (c *chain) Stats(now time.Time) Stats {

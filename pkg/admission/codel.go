@@ -46,7 +46,7 @@ func (c CoDelConfig) Validate() error {
 	case c.Concurrency == 0 && c.Adaptive == nil:
 		errs.add("concurrency", "must be at least 1, or 0 with an adaptive limit")
 	case c.Concurrency == 0:
-		c.Adaptive.validate(&errs)
+		errs.nest("adaptive", c.Adaptive.Validate())
 	}
 	if c.Target <= 0 {
 		errs.add("target", "must be positive, got %s", c.Target)
@@ -60,7 +60,7 @@ func (c CoDelConfig) Validate() error {
 	if c.MaxWait < 0 {
 		errs.add("maxWait", "must not be negative, got %s", c.MaxWait)
 	}
-	c.Priorities.validate(&errs)
+	errs.nest("priorities", c.Priorities.Validate())
 	return errs.err()
 }
 

@@ -24,6 +24,20 @@ const (
 // serialises calls (Limiter holds a mutex; the lab runs one event loop). A Core never blocks,
 // never reads a clock and never calls out while deciding; everything it resolves later is
 // appended to the Events passed in.
+//
+// Core is sealed: every strategy is written in this package (its constructor returns a Core),
+// because the drivers rely on contracts a Core cannot state in its exported methods: how long a
+// ticket may stay pending (maxQueueWait), and two optional fast paths the Limiter detects:
+//
+//   - fastCore (inflight without a priority reservation, the token bucket, none): the core
+//     decides every request at once with its own synchronisation (an atomic counter,
+//     x/time/rate's lock), so the Limiter admits and releases through admitNow/releaseNow without
+//     its lock, a ticket or a queue. The lab still drives such cores through Offer/Release.
+//   - stateless (the leaky bucket): a permit holds nothing the core must give back, so
+//     Permit.Done skips the lock; the core still queues through Offer.
+//
+// Code outside the package wraps a Core by embedding it (a struct with an embedded Core is a
+// Core); it cannot build one from scratch.
 type Core interface {
 	// Name is the strategy's name, used as the "strategy" metric label.
 	Name() string
@@ -42,7 +56,17 @@ type Core interface {
 	Drain(now time.Time, ev *Events)
 	// Stats reports the state at now, for metrics and the lab.
 	Stats(now time.Time) Stats
+
+	// maxQueueWait is the longest a ticket may stay pending in this core: 0 when it never
+	// queues. Deadlines may shorten a wait, never lengthen it.
+	maxQueueWait() time.Duration
 }
+
+// MaxQueueWait returns the longest a request may wait in c's queues before it is admitted or
+// refused: 0 for a strategy that never queues; for a chain, the sum over its stages. A front door
+// that must answer within a timeout of its own (Envoy's ext_proc message timeout) checks its
+// policy against it.
+func MaxQueueWait(c Core) time.Duration { return c.maxQueueWait() }
 
 // Stats is a Core's state at a moment.
 type Stats struct {

@@ -82,7 +82,7 @@ func (f *fuzzBytes) adaptive() AdaptiveConfig {
 	return AdaptiveConfig{
 		Algorithm: algo, MinLimit: lo, MaxLimit: hi, InitialLimit: lo + float64(f.intn(0, int(hi-lo))),
 		SlowStart: f.ms(0, 1) * 500, Window: f.ms(1, 100), MaxWindow: time.Second, MinSamples: f.intn(1, 10),
-		QueueDepth: int64(f.intn(0, 8)), MaxWait: f.ms(0, 100), Priorities: f.priorities(),
+		QueueDepth: int64(f.intn(0, 8)), MaxWait: f.ms(1, 100), Priorities: f.priorities(),
 	}
 }
 
@@ -96,7 +96,7 @@ func fuzzCore(f *fuzzBytes, chainOK bool) (Core, error) {
 	case 0:
 		return NewInflight(InflightConfig{Limit: int64(f.intn(1, 8)), Priorities: f.priorities()})
 	case 1:
-		return NewBoundedQueue(BoundedQueueConfig{Concurrency: int64(f.intn(1, 8)), Depth: int64(f.intn(0, 8)), MaxWait: f.ms(0, 100), Priorities: f.priorities()})
+		return NewBoundedQueue(BoundedQueueConfig{Concurrency: int64(f.intn(1, 8)), Depth: int64(f.intn(0, 8)), MaxWait: f.ms(1, 100), Priorities: f.priorities()})
 	case 2:
 		return NewLeakyBucket(LeakyBucketConfig{Rate: fuzzRates[f.intn(0, len(fuzzRates)-1)], Depth: int64(f.intn(1, 8))})
 	case 3:
@@ -665,7 +665,7 @@ func TestShrunkLimitStillAdmitsAHeavyWaiter(t *testing.T) {
 		t.Fatal(err)
 	}
 	core, err := NewAdaptive(AdaptiveConfig{Algorithm: algo, InitialLimit: 4, MinLimit: 1, MaxLimit: 8,
-		Window: time.Millisecond, MinSamples: 1, QueueDepth: 8})
+		Window: time.Millisecond, MinSamples: 1, QueueDepth: 8, MaxWait: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

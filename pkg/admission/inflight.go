@@ -67,6 +67,7 @@ func (f *inflight) Cancel(time.Time, *Ticket, *Events)                   {}
 func (f *inflight) Advance(time.Time, *Events)                           {}
 func (f *inflight) Wake() time.Time                                      { return time.Time{} }
 func (f *inflight) Drain(time.Time, *Events)                             { f.draining.Store(true) }
+func (f *inflight) maxQueueWait() time.Duration                          { return 0 }
 
 func (f *inflight) Stats(time.Time) Stats {
 	n := f.inUse.Load()

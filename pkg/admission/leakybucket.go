@@ -152,3 +152,12 @@ func (b *leakyBucket) Stats(now time.Time) Stats {
 }
 
 func (b *leakyBucket) stateless() bool { return true }
+
+// estimate: a waiting request starts exactly when the water ahead of it has drained.
+func (b *leakyBucket) estimate(now time.Time, t *Ticket) Queued {
+	d := max(t.start.Sub(now), 0)
+	return Queued{Expected: d, Bound: d}
+}
+
+// maxQueueWait: a request starts once the water ahead of it has drained, at most a full bucket.
+func (b *leakyBucket) maxQueueWait() time.Duration { return time.Duration(b.depth) * b.per }

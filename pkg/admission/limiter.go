@@ -113,13 +113,31 @@ func (p Permit) Done(o Outcome) bool {
 // ErrRejected), or ctx.Err() if the context ended while the request waited; a waiting request
 // whose context ends leaves the queue at once.
 func (l *Limiter) Admit(ctx context.Context, req Request) (Permit, error) {
+	return l.AdmitNotify(ctx, req, nil)
+}
+
+// Queued describes a request the strategy put in a queue.
+type Queued struct {
+	// Expected is the strategy's estimate of the wait (0 when it has none yet).
+	Expected time.Duration
+	// Bound is the longest the request can wait before it is admitted or refused: its queue's
+	// maxWait or its deadline, whichever comes first; for a chain, the stages still ahead add
+	// theirs. Zero means no bound is known.
+	Bound time.Duration
+}
+
+// AdmitNotify is Admit for a caller that must know when its request waits: when the strategy
+// queues req, queued (if not nil) is called once, before Admit blocks, with the expected wait
+// and its bound. A front door with a deadline of its own (Envoy's ext_proc message timeout)
+// extends it from there.
+func (l *Limiter) AdmitNotify(ctx context.Context, req Request, queued func(Queued)) (Permit, error) {
 	if err := ctx.Err(); err != nil {
 		return Permit{}, err
 	}
 	if l.fast != nil {
 		return l.admitFast(req)
 	}
-	t, gen, v := l.offer(req, false)
+	t, gen, v, q := l.offer(req, false, queued != nil)
 	switch v {
 	case Admitted:
 		return Permit{l: l, t: t, gen: gen, Granted: t.Granted}, nil
@@ -127,6 +145,9 @@ func (l *Limiter) Admit(ctx context.Context, req Request) (Permit, error) {
 		err := t.Err
 		l.tickets.Put(t)
 		return Permit{}, err
+	}
+	if queued != nil {
+		queued(q)
 	}
 	select {
 	case <-t.ready:
@@ -253,7 +274,7 @@ func (l *Limiter) TryAdmit(req Request) (Permit, error) {
 	if l.fast != nil {
 		return l.admitFast(req)
 	}
-	t, gen, v := l.offer(req, true)
+	t, gen, v, _ := l.offer(req, true, false)
 	switch v {
 	case Admitted:
 		return Permit{l: l, t: t, gen: gen, Granted: t.Granted}, nil
@@ -267,18 +288,36 @@ func (l *Limiter) TryAdmit(req Request) (Permit, error) {
 }
 
 // offer offers req to the core under the lock, with a pooled ticket. With withdraw, a ticket
-// the core queues is withdrawn at once (it never waits).
-func (l *Limiter) offer(req Request, withdraw bool) (*Ticket, uint32, Verdict) {
+// the core queues is withdrawn at once (it never waits); with describe, a queued ticket's wait is
+// estimated under the same lock.
+func (l *Limiter) offer(req Request, withdraw, describe bool) (*Ticket, uint32, Verdict, Queued) {
 	t := l.tickets.Get().(*Ticket)
 	gen := t.gen.Load()
+	var q Queued
 	l.mu.Lock()
 	now := l.clock.Now()
 	t.Reset(req, now)
 	v := l.core.Offer(now, t, &l.ev)
-	if v == Pending && withdraw {
-		l.core.Cancel(now, t, &l.ev)
+	if v == Pending {
+		if withdraw {
+			l.core.Cancel(now, t, &l.ev)
+		} else if describe {
+			q = queuedWait(l.core, now, t)
+		}
 	}
 	l.flush(now)
 	l.mu.Unlock()
-	return t, gen, v
+	return t, gen, v, q
+}
+
+// waitEstimator is implemented by the cores that queue: what a pending ticket can expect.
+type waitEstimator interface {
+	estimate(now time.Time, t *Ticket) Queued
+}
+
+func queuedWait(c Core, now time.Time, t *Ticket) Queued {
+	if e, ok := c.(waitEstimator); ok {
+		return e.estimate(now, t)
+	}
+	return Queued{}
 }

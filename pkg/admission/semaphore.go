@@ -1,7 +1,6 @@
 package admission
 
 import (
-	"fmt"
 	"math"
 	"time"
 )
@@ -12,7 +11,8 @@ import (
 type BoundedQueueConfig struct {
 	Concurrency int64
 	Depth       int64
-	// MaxWait bounds the time in the queue; zero means only the depth bounds it.
+	// MaxWait bounds the time in the queue. It must be positive: a queue whose waits have no
+	// bound turns a sustained overload into unbounded latency.
 	MaxWait time.Duration
 	// Priorities shares the limit between priority levels (optional).
 	Priorities PriorityConfig
@@ -27,10 +27,10 @@ func (c BoundedQueueConfig) Validate() error {
 	if c.Depth < 0 {
 		errs.add("depth", "must not be negative, got %d", c.Depth)
 	}
-	if c.MaxWait < 0 {
-		errs.add("maxWait", "must not be negative, got %s", c.MaxWait)
+	if c.MaxWait <= 0 {
+		errs.add("maxWait", "must be a positive duration (how long a request may wait), got %s", c.MaxWait)
 	}
-	c.Priorities.validate(&errs)
+	errs.nest("priorities", c.Priorities.Validate())
 	return errs.err()
 }
 
@@ -47,7 +47,7 @@ func (c InflightConfig) Validate() error {
 	if c.Limit < 1 {
 		errs.add("limit", "must be at least 1, got %d", c.Limit)
 	}
-	c.Priorities.validate(&errs)
+	errs.nest("priorities", c.Priorities.Validate())
 	return errs.err()
 }
 
@@ -66,13 +66,16 @@ type PriorityConfig struct {
 	ReservedFor Priority
 }
 
-func (c PriorityConfig) validate(errs *fieldErrors) {
+// Validate reports every problem with the configuration.
+func (c PriorityConfig) Validate() error {
+	var errs fieldErrors
 	if !(c.Reserved >= 0 && c.Reserved <= 1) {
-		errs.add("priorities.reserved", "must be a share from 0 to 1, got %v", c.Reserved)
+		errs.add("reserved", "must be a share from 0 to 1, got %v", c.Reserved)
 	}
 	if c.ReservedFor >= NumPriorities {
-		errs.add("priorities.reservedFor", "unknown priority %d", c.ReservedFor)
+		errs.add("reservedFor", "unknown priority %d", c.ReservedFor)
 	}
+	return errs.err()
 }
 
 // NewBoundedQueue returns the bounded-queue strategy as a Core.
@@ -286,6 +289,30 @@ func (s *semaphore) Wake() time.Time {
 	return w
 }
 
+// estimate: the waiters' cost ahead spread over the permits, each held for the mean hold time;
+// the bound is the ticket's expiry (maxWait or deadline).
+func (s *semaphore) estimate(now time.Time, t *Ticket) Queued {
+	var q Queued
+	if !t.expiry.IsZero() {
+		q.Bound = max(t.expiry.Sub(now), 0)
+	}
+	if s.meanHold > 0 {
+		q.Expected = time.Duration(float64(s.q.cost) / float64(s.permits()) * float64(s.meanHold))
+		if q.Bound > 0 {
+			q.Expected = min(q.Expected, q.Bound)
+		}
+	}
+	return q
+}
+
+// maxQueueWait: a waiter leaves at its maxWait (CoDel's sheds only end waits earlier).
+func (s *semaphore) maxQueueWait() time.Duration {
+	if s.depth == 0 {
+		return 0
+	}
+	return s.maxWait
+}
+
 func (s *semaphore) Drain(_ time.Time, ev *Events) {
 	s.draining = true
 	s.q.refuseAll(ReasonDraining, s.retryAfter(), s.name, ev)
@@ -318,32 +345,4 @@ func doorCheck(now time.Time, req *Request, draining bool, stage string) *Reject
 		return &Rejection{Reason: ReasonDeadline, Stage: stage}
 	}
 	return nil
-}
-
-// fieldErrors collects validation problems, each naming its field.
-type fieldErrors []string
-
-func (e *fieldErrors) add(field, format string, args ...any) {
-	*e = append(*e, field+": "+fmt.Sprintf(format, args...))
-}
-
-func (e fieldErrors) err() error {
-	if len(e) == 0 {
-		return nil
-	}
-	return &ConfigError{Problems: e}
-}
-
-// ConfigError lists every problem found in a strategy configuration, each prefixed with the
-// field it concerns.
-type ConfigError struct {
-	Problems []string
-}
-
-func (e *ConfigError) Error() string {
-	s := "invalid admission config: " + e.Problems[0]
-	for _, p := range e.Problems[1:] {
-		s += "; " + p
-	}
-	return s
 }

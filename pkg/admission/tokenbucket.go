@@ -89,6 +89,7 @@ func (b *tokenBucket) Cancel(time.Time, *Ticket, *Events)           {}
 func (b *tokenBucket) Advance(time.Time, *Events)                   {}
 func (b *tokenBucket) Wake() time.Time                              { return time.Time{} }
 func (b *tokenBucket) Drain(time.Time, *Events)                     { b.draining.Store(true) }
+func (b *tokenBucket) maxQueueWait() time.Duration                  { return 0 }
 
 func (b *tokenBucket) Stats(now time.Time) Stats {
 	return Stats{Tokens: b.lim.TokensAt(now), Limit: float64(b.burst)}

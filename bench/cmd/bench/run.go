@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/loadshed/loadshed/bench/harness"
+	"github.com/loadshed/loadshed/internal/cli"
 )
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -51,11 +52,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.Bins.Proxy, "proxy-bin", "", "prebuilt proxy binary (default: go build ./cmd/proxy)")
 	fs.StringVar(&cfg.Bins.Backend, "backend-bin", "", "prebuilt backend binary (default: go build ./cmd/backend)")
 	fs.StringVar(&cfg.Bins.PlainProxy, "plainproxy-bin", "", "prebuilt plainproxy binary (default: go build ./cmd/plainproxy)")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
 	if *reportFrom != "" {
 		return harness.Rerender(*reportFrom, stdout)

@@ -3,18 +3,6 @@
 // `go run ./cmd/genchart -check` to fail when a generated file is out of date.
 package main
 
-import (
-	"context"
-	"fmt"
-	"os"
-	"os/signal"
-)
+import "github.com/loadshed/loadshed/internal/cli"
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "genchart:", err)
-		os.Exit(1)
-	}
-}
+func main() { cli.Main("genchart", run) }

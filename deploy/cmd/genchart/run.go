@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/loadshed/loadshed/deploy/internal/chartgen"
+	"github.com/loadshed/loadshed/internal/cli"
 )
 
 // run generates (or with -check, verifies) the chart's derived files under the
@@ -18,11 +19,8 @@ func run(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	root := fs.String("root", ".", "the deploy directory")
 	check := fs.Bool("check", false, "only check that the generated files are up to date")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
 	if *check {
 		stale, err := chartgen.Stale(*root)

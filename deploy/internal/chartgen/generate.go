@@ -64,10 +64,19 @@ func Outputs(root string) ([]Output, error) {
 	if err := t.Execute(&readme, map[string]any{"ValuesTable": ValuesTable(documented)}); err != nil {
 		return nil, fmt.Errorf("%s: %w", ReadmeTemplate, err)
 	}
+	schema, err := read(SchemaFile)
+	if err != nil {
+		return nil, err
+	}
+	if schema, err = StrategySchema(schema); err != nil {
+		return nil, fmt.Errorf("%s: %w", SchemaFile, err)
+	}
 	return []Output{
 		{Path: RulesTemplateOut, Content: tpl},
 		{Path: DashboardCopy, Content: dashboard},
 		{Path: ReadmeOut, Content: readme.Bytes()},
+		{Path: SchemaFile, Content: schema},
+		{Path: StrategiesTemplate, Content: StrategiesTpl()},
 	}, nil
 }
 

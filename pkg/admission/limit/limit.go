@@ -1,10 +1,11 @@
 package limit
 
 import (
-	"fmt"
 	"math"
 	"strings"
 	"time"
+
+	"github.com/loadshed/loadshed/pkg/admission/field"
 )
 
 // Window summarises the samples of one update interval, gathered by the enforcing limiter.
@@ -132,34 +133,19 @@ func New(name string, p Params) (Algorithm, error) {
 	return nil, errs.err()
 }
 
-// ConfigError lists every problem found in the parameters, each prefixed with the field it
-// concerns, such as "gradient.buffer: must not be negative, got -0.1".
-type ConfigError struct {
-	Problems []string
-}
+// ConfigError lists every problem found in the parameters, each naming the field it concerns,
+// such as "gradient.buffer: must not be negative, got -0.1". It is the shared field error type
+// of package field.
+type ConfigError = field.Errors
 
-func (e *ConfigError) Error() string {
-	return "invalid limit algorithm config: " + strings.Join(e.Problems, "; ")
-}
+// fieldErrors collects problems with the checks the algorithms' validators share.
+type fieldErrors struct{ list field.Errors }
 
-type fieldErrors []string
+func (e *fieldErrors) add(name, format string, args ...any) { e.list.Add(name, format, args...) }
 
-func (e *fieldErrors) add(field, format string, args ...any) {
-	*e = append(*e, field+": "+fmt.Sprintf(format, args...))
-}
+func (e *fieldErrors) merge(err error) { e.list.Nest("", err) }
 
-func (e *fieldErrors) merge(err error) {
-	if ce, ok := err.(*ConfigError); ok {
-		*e = append(*e, ce.Problems...)
-	}
-}
-
-func (e fieldErrors) err() error {
-	if len(e) == 0 {
-		return nil
-	}
-	return &ConfigError{Problems: e}
-}
+func (e *fieldErrors) err() error { return e.list.Err() }
 
 // checkRange reports a value that must be within [lo, hi] (NaN never is).
 func (e *fieldErrors) checkRange(field string, v, lo, hi float64) {

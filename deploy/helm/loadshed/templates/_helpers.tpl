@@ -150,20 +150,13 @@ Seconds the application keeps running after the pod is told to stop.
 {{- end }}
 
 {{/*
-The config block key of each admission strategy.
-*/}}
-{{- define "loadshed.strategyBlock" -}}
-{{- get (dict "token-bucket" "tokenBucket" "leaky-bucket" "leakyBucket" "bounded-queue" "boundedQueue" "inflight" "inflight" "adaptive" "adaptive" "codel" "codel" "chain" "chain" "none" "") . }}
-{{- end }}
-
-{{/*
 The sidecar's config file (the proxy's YAML schema). Only the selected
 strategy's block is written.
 */}}
 {{- define "loadshed.proxyConfig" -}}
 {{- $p := .Values.proxy }}
 {{- $a := .Values.admission }}
-{{- $strategies := list "none" "token-bucket" "leaky-bucket" "bounded-queue" "inflight" "adaptive" "codel" "chain" }}
+{{- $strategies := splitList " " (include "loadshed.strategyNames" .) }}
 {{- if not (has $a.strategy $strategies) }}
 {{- fail (printf "admission.strategy: unknown strategy %q (want one of %s)" $a.strategy (join ", " $strategies)) }}
 {{- end }}

@@ -1,10 +1,9 @@
-package proxy
+package gate
 
 import (
 	"fmt"
 	"math"
 	"net"
-	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -76,6 +75,12 @@ func parseTimeout(v string) (time.Duration, error) {
 	return time.Duration(f * float64(time.Second)), nil
 }
 
+// Header reads a request header by name; the empty string when it is absent. http.Header
+// satisfies it; other doors adapt their own header maps (gRPC metadata, Envoy's header list).
+type Header interface {
+	Get(name string) string
+}
+
 // requestSpec says how to read admission attributes from a request.
 type requestSpec struct {
 	priorityHeader  string
@@ -90,10 +95,10 @@ type requestSpec struct {
 
 // parseRequest reads priority, cost, deadline and client key. A malformed header is an error
 // naming it; a missing one takes the default.
-func (s *requestSpec) parseRequest(r *http.Request, now time.Time, routeCost int64) (admission.Request, *headerError) {
+func (s *requestSpec) parseRequest(h Header, peer string, now time.Time, routeCost int64) (admission.Request, *headerError) {
 	req := admission.Request{Priority: s.defaultPriority, Cost: max(routeCost, 1)}
 	if s.priorityHeader != "" {
-		if v := r.Header.Get(s.priorityHeader); v != "" {
+		if v := h.Get(s.priorityHeader); v != "" {
 			p, err := admission.ParsePriority(strings.ToLower(strings.TrimSpace(v)))
 			if err != nil {
 				return req, &headerError{s.priorityHeader, err.Error()}
@@ -102,7 +107,7 @@ func (s *requestSpec) parseRequest(r *http.Request, now time.Time, routeCost int
 		}
 	}
 	if s.costHeader != "" {
-		if v := r.Header.Get(s.costHeader); v != "" {
+		if v := h.Get(s.costHeader); v != "" {
 			c, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 			if err != nil || c < 1 || c > s.maxCost {
 				return req, &headerError{s.costHeader, fmt.Sprintf("want an integer from 1 to %d, got %q", s.maxCost, v)}
@@ -113,7 +118,7 @@ func (s *requestSpec) parseRequest(r *http.Request, now time.Time, routeCost int
 	var timeout time.Duration
 	hasTimeout := false
 	if s.timeoutHeader != "" {
-		if v := r.Header.Get(s.timeoutHeader); v != "" {
+		if v := h.Get(s.timeoutHeader); v != "" {
 			d, err := parseTimeout(v)
 			if err != nil {
 				return req, &headerError{s.timeoutHeader, err.Error()}
@@ -122,7 +127,7 @@ func (s *requestSpec) parseRequest(r *http.Request, now time.Time, routeCost int
 		}
 	}
 	if s.grpcTimeout {
-		if v := r.Header.Get("Grpc-Timeout"); v != "" {
+		if v := h.Get("Grpc-Timeout"); v != "" {
 			d, err := parseGRPCTimeout(v)
 			if err != nil {
 				return req, &headerError{"grpc-timeout", err.Error()}
@@ -140,15 +145,15 @@ func (s *requestSpec) parseRequest(r *http.Request, now time.Time, routeCost int
 	case timeout < time.Duration(math.MaxInt64)-time.Duration(now.UnixNano()):
 		req.Deadline = now.Add(timeout)
 	}
-	req.Key = s.clientKey(r)
+	req.Key = s.clientKey(h, peer)
 	return req, nil
 }
 
 // clientKey is the configured header's value, or the client's address (the first
 // X-Forwarded-For hop when forwarded headers are trusted).
-func (s *requestSpec) clientKey(r *http.Request) string {
+func (s *requestSpec) clientKey(h Header, peer string) string {
 	if s.clientKeyHeader != "" {
-		if v := r.Header.Get(s.clientKeyHeader); v != "" {
+		if v := h.Get(s.clientKeyHeader); v != "" {
 			if len(v) > 256 {
 				v = v[:256]
 			}
@@ -156,16 +161,16 @@ func (s *requestSpec) clientKey(r *http.Request) string {
 		}
 	}
 	if s.trustForwarded {
-		if xff := r.Header.Get("X-Forwarded-For"); xff != "" {
+		if xff := h.Get("X-Forwarded-For"); xff != "" {
 			first, _, _ := strings.Cut(xff, ",")
 			if ip := net.ParseIP(strings.TrimSpace(first)); ip != nil {
 				return ip.String()
 			}
 		}
 	}
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	host, _, err := net.SplitHostPort(peer)
 	if err != nil {
-		return r.RemoteAddr
+		return peer
 	}
 	return host
 }

@@ -1,9 +1,9 @@
-package proxy
+package gate
 
 import (
 	"fmt"
-	"net/url"
 	"reflect"
+	"sync/atomic"
 	"time"
 
 	"github.com/loadshed/loadshed/internal/config"
@@ -11,37 +11,46 @@ import (
 	"github.com/loadshed/loadshed/pkg/admission"
 )
 
-// policy is the admission decision for one route: which strategy, and its live state.
-type policy struct {
+// Policy is the admission decision for one route: which strategy, and its live state.
+type Policy struct {
 	route    string
 	strategy string             // the configured strategy name, the "strategy" label
 	cfg      config.Admission   // what it was built from, to keep its state across reloads
-	limiter  *admission.Limiter // nil for strategy "none"
+	limiter  *admission.Limiter // the strategy's core; "none" admits everything
 	stages   []string           // stage names, for the gauges
 	dryRun   bool
-	// latency is a moving average of upstream latency for routes whose strategy keeps none,
-	// used to refuse requests whose deadline is shorter than the expected service.
+	// latency is a moving average of the route's upstream latency (successful, non-streaming
+	// answers), used to refuse requests whose deadline is shorter than the expected service.
 	latency ewma
+	m       *policyMetrics
 }
 
-func newPolicy(route string, a *config.Admission) (*policy, error) {
+func newPolicy(route string, a *config.Admission, m *metrics.Proxy, clock admission.Clock) (*Policy, error) {
 	core, err := a.Build()
 	if err != nil {
 		return nil, err
 	}
-	p := &policy{route: route, strategy: a.Strategy, cfg: *a, dryRun: a.DryRun}
-	if core != nil {
-		p.limiter = admission.NewLimiter(core)
-		for _, s := range admission.Stages(core) {
-			p.stages = append(p.stages, s.Name())
-		}
+	p := &Policy{route: route, strategy: a.Strategy, cfg: *a, dryRun: a.DryRun,
+		limiter: admission.NewLimiter(core, admission.WithClock(clock))}
+	for _, s := range admission.Stages(core) {
+		p.stages = append(p.stages, s.Name())
 	}
+	p.m = newPolicyMetrics(m, route, p.strategy, p.stages)
 	return p, nil
 }
 
-// state reports the gauges of every stage of the policy.
-func (p *policy) state() []metrics.StageState {
-	if p.limiter == nil {
+// Route is the name of the route the policy serves ("default" for the top-level one).
+func (p *Policy) Route() string { return p.route }
+
+// Strategy is the configured strategy's name.
+func (p *Policy) Strategy() string { return p.strategy }
+
+// Stats is the strategy's current state.
+func (p *Policy) Stats() admission.Stats { return p.limiter.Stats() }
+
+// state reports the gauges of every stage of the policy; "none" has no state worth a gauge.
+func (p *Policy) state() []metrics.StageState {
+	if p.strategy == config.StrategyNone {
 		return nil
 	}
 	stats := p.limiter.StageStats()
@@ -61,21 +70,21 @@ func (p *policy) state() []metrics.StageState {
 // route is a compiled route rule.
 type route struct {
 	rule   config.Route
-	policy *policy
+	policy *Policy
 }
 
-// runtimeState is everything a reload may replace, swapped atomically as a whole.
-type runtimeState struct {
-	cfg      *config.Config
-	upstream *url.URL
-	spec     requestSpec
-	clients  *admission.ClientLimits
-	routes   []route
-	def      *policy
+// state is everything a reload may replace, swapped atomically as a whole.
+type state struct {
+	cfg     *config.Config
+	spec    requestSpec
+	clients *admission.ClientLimits
+	routes  []route
+	def     *Policy
+	status  []int // by reason index (admission.AllReasons)
 }
 
 // match returns the policy and route cost for a request.
-func (st *runtimeState) match(method, path string) (*policy, int64) {
+func (st *state) match(method, path string) (*Policy, int64) {
 	for i := range st.routes {
 		r := &st.routes[i]
 		if r.rule.Matches(method, path) {
@@ -85,9 +94,9 @@ func (st *runtimeState) match(method, path string) (*policy, int64) {
 	return st.def, 0
 }
 
-// policies lists every distinct policy of the state.
-func (st *runtimeState) policies() []*policy {
-	out := []*policy{st.def}
+// policies lists every distinct policy of the state, the default one first.
+func (st *state) policies() []*Policy {
+	out := []*Policy{st.def}
 	for _, r := range st.routes {
 		if r.policy != st.def {
 			out = append(out, r.policy)
@@ -99,28 +108,25 @@ func (st *runtimeState) policies() []*policy {
 // buildState compiles a configuration. Policies of prev whose route name and admission
 // configuration are unchanged are kept, with their state (in-flight permits, queues, learned
 // limits); so are the per-client buckets when their configuration is unchanged.
-func buildState(cfg *config.Config, prev *runtimeState) (*runtimeState, error) {
-	u, err := url.Parse(cfg.Upstream)
-	if err != nil {
-		return nil, fmt.Errorf("upstream: %w", err)
-	}
-	old := map[string]*policy{}
+func buildState(cfg *config.Config, prev *state, m *metrics.Proxy, clock admission.Clock) (*state, error) {
+	old := map[string]*Policy{}
 	if prev != nil {
 		for _, p := range prev.policies() {
 			old[p.route] = p
 		}
 	}
-	reuse := func(name string, a *config.Admission) (*policy, error) {
+	reuse := func(name string, a *config.Admission) (*Policy, error) {
 		if p, ok := old[name]; ok && reflect.DeepEqual(p.cfg, *a) {
 			return p, nil
 		}
-		p, err := newPolicy(name, a)
+		p, err := newPolicy(name, a, m, clock)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
 		return p, nil
 	}
-	st := &runtimeState{cfg: cfg, upstream: u}
+	st := &state{cfg: cfg}
+	var err error
 	if st.def, err = reuse("default", &cfg.Admission); err != nil {
 		return nil, err
 	}
@@ -146,18 +152,23 @@ func buildState(cfg *config.Config, prev *runtimeState) (*runtimeState, error) {
 		timeoutHeader: h.Timeout, grpcTimeout: h.GRPCTimeout,
 		clientKeyHeader: h.ClientKey, trustForwarded: cfg.TrustForwardedHeaders,
 	}
+	codes := cfg.StatusCodes.ByReason()
+	st.status = make([]int, len(admission.AllReasons))
+	for i, r := range admission.AllReasons {
+		st.status[i] = codes[r]
+	}
 	return st, nil
 }
 
 // ewma is a lock-free moving average of durations (weight 1/16), read by many requests.
-type ewma struct{ v atomicDuration }
+type ewma struct{ v atomic.Int64 }
 
 func (e *ewma) observe(d time.Duration) {
 	for {
 		old := e.v.Load()
-		next := d
+		next := int64(d)
 		if old > 0 {
-			next = old + (d-old)/16
+			next = old + (int64(d)-old)/16
 		}
 		if e.v.CompareAndSwap(old, next) {
 			return
@@ -165,4 +176,4 @@ func (e *ewma) observe(d time.Duration) {
 	}
 }
 
-func (e *ewma) value() time.Duration { return e.v.Load() }
+func (e *ewma) value() time.Duration { return time.Duration(e.v.Load()) }

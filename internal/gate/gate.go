@@ -1,0 +1,413 @@
+package gate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/loadshed/loadshed/internal/config"
+	"github.com/loadshed/loadshed/internal/metrics"
+	"github.com/loadshed/loadshed/pkg/admission"
+)
+
+// Gate is the admission pipeline. It is safe for concurrent use; Update swaps the configuration
+// atomically while requests go on.
+type Gate struct {
+	state   atomic.Pointer[state]
+	metrics *metrics.Proxy
+	clock   admission.Clock
+}
+
+// Options are a Gate's collaborators.
+type Options struct {
+	// Registerer receives the metrics (default: a new registry).
+	Registerer prometheus.Registerer
+	// Clock drives the strategies and times requests (default: the system clock).
+	Clock admission.Clock
+}
+
+// New builds the gate for a valid configuration.
+func New(cfg *config.Config, opts Options) (*Gate, error) {
+	g := &Gate{clock: opts.Clock}
+	if g.clock == nil {
+		g.clock = admission.SystemClock{}
+	}
+	reg := opts.Registerer
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	g.metrics = metrics.New(reg, g.StageStates)
+	st, err := buildState(cfg, nil, g.metrics, g.clock)
+	if err != nil {
+		return nil, err
+	}
+	g.state.Store(st)
+	return g, nil
+}
+
+// Metrics returns the gate's metrics (the server counts reloads and its drain on them).
+func (g *Gate) Metrics() *metrics.Proxy { return g.metrics }
+
+// Config returns the configuration in force.
+func (g *Gate) Config() *config.Config { return g.state.Load().cfg }
+
+// Update puts a new valid configuration in force for new requests. Policies whose route and
+// admission configuration are unchanged keep their state; replaced ones finish what they hold.
+func (g *Gate) Update(cfg *config.Config) error {
+	st, err := buildState(cfg, g.state.Load(), g.metrics, g.clock)
+	if err != nil {
+		return err
+	}
+	g.state.Store(st)
+	return nil
+}
+
+// Policies lists the policies in force, the default one first. A policy whose route and
+// admission configuration a reload left unchanged is the same *Policy before and after.
+func (g *Gate) Policies() []*Policy { return g.state.Load().policies() }
+
+// StageStates reports every strategy stage's current state (what the gauges show).
+func (g *Gate) StageStates() []metrics.StageState {
+	st := g.state.Load()
+	if st == nil {
+		return nil
+	}
+	var out []metrics.StageState
+	for _, p := range st.policies() {
+		out = append(out, p.state()...)
+	}
+	return out
+}
+
+// Drain refuses whatever waits in a queue now, and every later request, with ReasonDraining.
+// Admitted requests keep their permits.
+func (g *Gate) Drain() {
+	for _, p := range g.state.Load().policies() {
+		p.limiter.Drain()
+	}
+}
+
+// Request is what a front door knows about a request, in plain values.
+type Request struct {
+	// Door is the front door, the "door" label (metrics.DoorHTTP, DoorGRPC, DoorExtProc).
+	Door string
+	// Method and Path select the route.
+	Method, Path string
+	// Header reads the admission headers (priority, cost, timeouts, client key).
+	Header Header
+	// Peer is the address of the connection, "host:port" or a bare host: the client key when no
+	// header names one.
+	Peer string
+	// ContentLength is the announced size of the body; -1 when unknown.
+	ContentLength int64
+}
+
+// Refusal is a shed: the request is refused cheaply, with the status its reason maps to and the
+// strategy's estimate of when a retry could succeed.
+type Refusal struct {
+	Reason admission.Reason
+	// Stage names the strategy (or "clients") that refused.
+	Stage string
+	// Status is the HTTP status configured for the reason (statusCodes).
+	Status int
+	// RetryAfter is the strategy's hint; zero when it has none. See RetryAfterHeader.
+	RetryAfter time.Duration
+}
+
+func (r *Refusal) Error() string {
+	return fmt.Sprintf("refused by %s: %s (%d)", r.Stage, r.Reason, r.Status)
+}
+
+// RetryAfterHeader renders the Retry-After header: whole seconds, rounded up, at least 1. It is
+// empty for 403 (a deny-listed client is not asked to come back).
+func (r *Refusal) RetryAfterHeader() string {
+	if r.Status == 403 {
+		return ""
+	}
+	return RetryAfterSeconds(r.RetryAfter)
+}
+
+// RetryAfterSeconds renders a Retry-After value: whole seconds, rounded up, at least 1.
+func RetryAfterSeconds(d time.Duration) string {
+	s := int64(math.Ceil(d.Seconds()))
+	if s < 1 {
+		s = 1
+	}
+	return strconv.FormatInt(s, 10)
+}
+
+// ClientError is a request the client got wrong before admission: a malformed admission header
+// (400, naming it) or a body over the limit (413).
+type ClientError struct {
+	Status int
+	// Header names the malformed header (400).
+	Header string
+	// Limit is the body limit in bytes (413).
+	Limit int64
+	msg   string
+}
+
+func (e *ClientError) Error() string {
+	if e.Status == 413 {
+		return fmt.Sprintf("body over %d bytes", e.Limit)
+	}
+	return e.Header + ": " + e.msg
+}
+
+// Pass is an admitted request. The door reports on it how the exchange went and ends it with
+// Finish, exactly once, normally with defer right after Admit.
+//
+// A Pass is also the request's context: the context Admit was given, which carries the Pass
+// (PassFrom finds it again, also through contexts derived from it). A door hands it on as the
+// context of the forwarded request, so its hooks find the Pass without another allocation.
+type Pass struct {
+	context.Context
+
+	p    *Policy
+	spec *requestSpec
+	// Start is when the gate saw the request.
+	Start time.Time
+
+	permit   admission.Permit
+	deadline time.Duration // after Start; 0: none
+	fwd, hdr time.Duration // after Start: forwarded, response headers (0: not yet)
+	status   int32
+	door     uint8
+	outcome  uint8 // index in outcomes
+	held     bool
+	stream   bool
+	grpc     bool
+}
+
+type passKey struct{}
+
+// Value returns the Pass for its own key and defers to the request's context for the rest.
+func (ps *Pass) Value(key any) any {
+	if key == (passKey{}) {
+		return ps
+	}
+	return ps.Context.Value(key)
+}
+
+// PassFrom returns the Pass a context carries, or nil.
+func PassFrom(ctx context.Context) *Pass {
+	ps, _ := ctx.Value(passKey{}).(*Pass)
+	return ps
+}
+
+// ClientDeadline is when the client stops waiting (zero: it set no deadline). The door forwards
+// the time left and gives up on the upstream then.
+func (ps *Pass) ClientDeadline() time.Time {
+	if ps.deadline == 0 {
+		return time.Time{}
+	}
+	return ps.Start.Add(ps.deadline)
+}
+
+// Waited is how long the request queued before admission.
+func (ps *Pass) Waited() time.Duration { return ps.permit.Waited }
+
+// TimeoutHeader is the header the remaining deadline is forwarded in ("" for none).
+func (ps *Pass) TimeoutHeader() string { return ps.spec.timeoutHeader }
+
+// GRPCTimeout reports that the client sent grpc-timeout: the remaining deadline is forwarded in
+// it too.
+func (ps *Pass) GRPCTimeout() bool { return ps.grpc }
+
+// Admit runs r through the pipeline: it returns a *Pass, or a *Refusal, a *ClientError, or the
+// context's error when the client left while its request waited (counted as canceled, 499).
+// When the strategy queues the request, queued (if not nil) learns the expected wait and its
+// bound before Admit blocks.
+func (g *Gate) Admit(ctx context.Context, r *Request, queued func(admission.Queued)) (*Pass, error) {
+	st := g.state.Load()
+	p, routeCost := st.match(r.Method, r.Path)
+	door := doorIndex(r.Door)
+	now := g.clock.Now()
+	req, herr := st.spec.parseRequest(r.Header, r.Peer, now, routeCost)
+	if herr != nil {
+		// A malformed admission header is the client's mistake: 400 naming the header.
+		p.m.count(door, outcomeClientError, 400)
+		return nil, &ClientError{Status: 400, Header: herr.header, msg: herr.msg}
+	}
+	if max := st.cfg.Server.MaxBodyBytes; max > 0 && r.ContentLength > max {
+		p.m.count(door, outcomeClientError, 413)
+		return nil, &ClientError{Status: 413, Limit: max}
+	}
+	if st.clients != nil {
+		if rej := st.clients.Check(now, req.Key, req.Cost); rej != nil && !g.dryRun(p, door, req, rej) {
+			return nil, g.refuse(st, p, door, req, rej)
+		}
+	}
+	if !req.Deadline.IsZero() {
+		// Work whose client will have given up is not started: refuse a request whose remaining
+		// time is shorter than the route's typical upstream latency (queueing strategies also
+		// add their expected wait, in the strategy).
+		if exp := p.latency.value(); !req.Deadline.After(now) || exp > 0 && req.Deadline.Sub(now) < exp {
+			rej := &admission.Rejection{Reason: admission.ReasonDeadline, Stage: p.strategy}
+			if !g.dryRun(p, door, req, rej) {
+				return nil, g.refuse(st, p, door, req, rej)
+			}
+		}
+	}
+	pass := &Pass{Context: ctx, p: p, spec: &st.spec, door: uint8(door), Start: now,
+		grpc: st.spec.grpcTimeout && r.Header.Get("Grpc-Timeout") != ""}
+	if !req.Deadline.IsZero() {
+		// A deadline at Start itself (already late) was refused above; an admitted one lies after.
+		pass.deadline = req.Deadline.Sub(now)
+	}
+	var err error
+	if p.dryRun {
+		// Shadow mode: learn what the strategy would do, never delay or refuse.
+		pass.permit, err = p.limiter.TryAdmit(req)
+		var rej *admission.Rejection
+		if errors.As(err, &rej) {
+			g.dryRun(p, door, req, rej)
+		}
+		pass.held = err == nil
+		return pass, nil
+	}
+	pass.permit, err = p.limiter.AdmitNotify(ctx, req, queued)
+	if err != nil {
+		var rej *admission.Rejection
+		if errors.As(err, &rej) {
+			return nil, g.refuse(st, p, door, req, rej)
+		}
+		// The client went away while it waited: no answer, no upstream call.
+		p.m.count(door, outcomeCanceled, 499)
+		return nil, err
+	}
+	pass.held = true
+	p.m.queueWait.Observe(pass.permit.Waited.Seconds())
+	return pass, nil
+}
+
+func doorIndex(door string) int {
+	if i := indexOf(doors, door); i >= 0 {
+		return i
+	}
+	return 0
+}
+
+// dryRun counts a would-be refusal of a dry-run policy and reports whether the request goes on.
+func (g *Gate) dryRun(p *Policy, door int, req admission.Request, rej *admission.Rejection) bool {
+	if !p.dryRun {
+		return false
+	}
+	p.m.refused(door, stageOf(p, rej), rej.Reason, req.Priority, true)
+	return true
+}
+
+func stageOf(p *Policy, rej *admission.Rejection) string {
+	if rej.Stage == "" {
+		return p.strategy
+	}
+	return rej.Stage
+}
+
+// refuse counts a shed and returns its Refusal.
+func (g *Gate) refuse(st *state, p *Policy, door int, req admission.Request, rej *admission.Rejection) *Refusal {
+	code := 503
+	if i := reasonIndex(rej.Reason); i >= 0 {
+		code = st.status[i]
+	}
+	stage := stageOf(p, rej)
+	p.m.refused(door, stage, rej.Reason, req.Priority, false)
+	p.m.count(door, outcomeShed, code)
+	return &Refusal{Reason: rej.Reason, Stage: stage, Status: code, RetryAfter: rej.RetryAfter}
+}
+
+// Route is the name of the route the request matched ("default" when none did).
+func (ps *Pass) Route() string { return ps.p.route }
+
+// Outcome is how the exchange has gone so far (a metrics.Outcome* value).
+func (ps *Pass) Outcome() string { return outcomes[ps.outcome] }
+
+// Forwarding marks the moment the request leaves for the upstream: upstream latency counts
+// from here.
+func (ps *Pass) Forwarding(at time.Time) { ps.fwd = max(at.Sub(ps.Start), 1) }
+
+// Responded records the upstream's response headers, arrived at at: the status decides the
+// outcome (5xx an upstream error, 4xx the client's), and the latency since Forwarding is
+// observed. A stream (a long-lived response) is never a latency sample.
+func (ps *Pass) Responded(status int, at time.Time, stream bool) {
+	ps.hdr, ps.status, ps.stream = max(at.Sub(ps.Start), 1), int32(status), stream
+	switch {
+	case status >= 500:
+		ps.outcome = outcomeUpstreamError
+	case status >= 400:
+		ps.outcome = outcomeClientError
+	}
+	lat := ps.hdr - ps.fwd
+	if status < 400 && !stream {
+		ps.p.latency.observe(lat)
+	}
+	ps.p.m.upstream.Observe(lat.Seconds())
+}
+
+// Failed records that the exchange failed: the outcome (a metrics.Outcome* value) and the status
+// the door sent the client for it (0: none; the status of the upstream's answer, if any, stays).
+func (ps *Pass) Failed(outcome string, status int) {
+	if o := indexOf(outcomes, outcome); o >= 0 {
+		ps.outcome = uint8(o)
+	}
+	if status != 0 {
+		ps.status = int32(status)
+	}
+}
+
+// Release gives the permit back now, with the outcome the strategy learns from; Finish then only
+// counts the request. It is safe to call more than once and from another goroutine.
+func (ps *Pass) Release(o admission.Outcome) {
+	if ps.held {
+		ps.permit.Done(o)
+	}
+}
+
+// Finish ends the request: it releases the permit (if still held) with the outcome classified
+// from what the door reported, counts the request, and observes its duration to the response
+// headers when the upstream answered.
+func (ps *Pass) Finish() {
+	ps.Release(ps.classify())
+	code := int(ps.status)
+	if code == 0 {
+		code = 499
+	}
+	ps.p.m.count(int(ps.door), ps.outcome, code)
+	if ps.hdr > 0 {
+		ps.p.m.duration.Observe(ps.hdr.Seconds())
+	}
+}
+
+// classify maps how a request ended to what the admission strategy learns from it: successes
+// are latency samples; what the client caused (a 4xx other than 429, leaving) and long-lived
+// streams say nothing about load; upstream errors, timeouts and 429s are overload signals.
+func (ps *Pass) classify() admission.Outcome {
+	switch {
+	case ps.stream:
+		return admission.Ignore
+	case ps.outcome == outcomeSuccess:
+		return admission.Success
+	case ps.outcome == outcomeClientError && ps.status != 429:
+		return admission.Ignore
+	case ps.outcome == outcomeCanceled:
+		return admission.Ignore
+	}
+	return admission.Dropped
+}
+
+// Count counts a request a door refused on its own before admission (a CONNECT, say): the
+// route's labels, the door, the outcome and the status.
+func (g *Gate) Count(door, method, path, outcome string, status int) {
+	p, _ := g.state.Load().match(method, path)
+	if o := indexOf(outcomes, outcome); o >= 0 {
+		p.m.count(doorIndex(door), uint8(o), status)
+		return
+	}
+	p.m.requests.WithLabelValues(door, outcome, strconv.Itoa(status)).Inc()
+}

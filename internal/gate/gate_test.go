@@ -1,0 +1,357 @@
+package gate
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/loadshed/loadshed/internal/config"
+	"github.com/loadshed/loadshed/internal/metrics"
+	"github.com/loadshed/loadshed/pkg/admission"
+	"github.com/loadshed/loadshed/pkg/admission/admissiontest"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// headers is a plain header map (canonical names), as a door would adapt its own.
+type headers map[string]string
+
+func (h headers) Get(name string) string { return h[name] }
+
+// newGate builds a gate on a fake clock from the YAML of a whole config file.
+func newGate(t *testing.T, yaml string) (*Gate, *admissiontest.Clock, *prometheus.Registry) {
+	t.Helper()
+	cfg, err := config.Parse([]byte("upstream: http://127.0.0.1:1\n" + yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := admissiontest.NewClock(t0)
+	reg := prometheus.NewRegistry()
+	g, err := New(cfg, Options{Registerer: reg, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g, clk, reg
+}
+
+func request(h headers) *Request {
+	if h == nil {
+		h = headers{}
+	}
+	return &Request{Door: metrics.DoorHTTP, Method: "GET", Path: "/", Header: h, Peer: "192.0.2.7:4321", ContentLength: -1}
+}
+
+func admit(t *testing.T, g *Gate, r *Request) *Pass {
+	t.Helper()
+	p, err := g.Admit(context.Background(), r, nil)
+	if err != nil {
+		t.Fatalf("want admitted, got %v", err)
+	}
+	return p
+}
+
+func refusal(t *testing.T, err error) *Refusal {
+	t.Helper()
+	var rej *Refusal
+	if !errors.As(err, &rej) {
+		t.Fatalf("want a *Refusal, got %v", err)
+	}
+	return rej
+}
+
+// requests sums loadshed_requests_total over the series that carry the given label pairs.
+func requests(reg *prometheus.Registry, labels ...string) float64 {
+	var sum float64
+	mfs, _ := reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() != "loadshed_requests_total" {
+			continue
+		}
+		for _, c := range mf.GetMetric() {
+			got := map[string]string{}
+			for _, l := range c.GetLabel() {
+				got[l.GetName()] = l.GetValue()
+			}
+			ok := true
+			for i := 0; i+1 < len(labels); i += 2 {
+				if got[labels[i]] != labels[i+1] {
+					ok = false
+				}
+			}
+			if ok {
+				sum += c.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+// TestEveryRefusalReason: each reason maps to its configured status, with the strategy's
+// Retry-After, and is counted as a shed of its stage, priority and door.
+func TestEveryRefusalReason(t *testing.T) {
+	ctx := context.Background()
+	t.Run("rate_limited", func(t *testing.T) {
+		g, _, reg := newGate(t, "admission: {strategy: token-bucket, tokenBucket: {rate: 2, burst: 1}}\n")
+		admit(t, g, request(nil)).Done()
+		_, err := g.Admit(ctx, request(nil), nil)
+		rej := refusal(t, err)
+		if rej.Reason != admission.ReasonRateLimited || rej.Status != 429 || rej.RetryAfter != 500*time.Millisecond || rej.RetryAfterHeader() != "1" {
+			t.Errorf("refusal %+v, want 429 rate_limited retry in 500ms", rej)
+		}
+		want := `
+# HELP loadshed_shed_total Requests refused by admission, by route, refusing strategy stage, reason, priority and front door.
+# TYPE loadshed_shed_total counter
+loadshed_shed_total{door="http",priority="critical",reason="rate_limited",route="default",strategy="token-bucket"} 1
+`
+		if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "loadshed_shed_total"); err != nil {
+			t.Error(err)
+		}
+		if n := requests(reg, "outcome", "shed", "code", "429", "door", "http"); n != 1 {
+			t.Errorf("shed requests counted %v, want 1", n)
+		}
+	})
+	t.Run("concurrency_limit", func(t *testing.T) {
+		g, _, _ := newGate(t, "admission: {strategy: inflight, inflight: {limit: 1}}\nstatusCodes: {concurrencyLimit: 529}\n")
+		hold := admit(t, g, request(nil))
+		_, err := g.Admit(ctx, request(nil), nil)
+		if rej := refusal(t, err); rej.Reason != admission.ReasonConcurrencyLimit || rej.Status != 529 {
+			t.Errorf("refusal %+v, want the configured 529", rej)
+		}
+		hold.Finish()
+	})
+	t.Run("queue_full and queue_timeout", func(t *testing.T) {
+		g, clk, _ := newGate(t, "admission: {strategy: bounded-queue, boundedQueue: {concurrency: 1, depth: 1, maxWait: 80ms}}\n")
+		hold := admit(t, g, request(nil))
+		queued := make(chan admission.Queued, 1)
+		waiter := make(chan error, 1)
+		go func() {
+			_, err := g.Admit(ctx, request(nil), func(q admission.Queued) { queued <- q })
+			waiter <- err
+		}()
+		if q := <-queued; q.Bound != 80*time.Millisecond {
+			t.Errorf("queued notice %+v, want the 80ms bound", q)
+		}
+		_, err := g.Admit(ctx, request(nil), nil)
+		if rej := refusal(t, err); rej.Reason != admission.ReasonQueueFull || rej.Status != 503 {
+			t.Errorf("full queue: %+v", rej)
+		}
+		clk.Advance(80 * time.Millisecond)
+		if rej := refusal(t, <-waiter); rej.Reason != admission.ReasonQueueTimeout {
+			t.Errorf("waiter: %+v, want queue_timeout", rej)
+		}
+		hold.Finish()
+	})
+	t.Run("deadline", func(t *testing.T) {
+		g, _, _ := newGate(t, "admission: {strategy: inflight, inflight: {limit: 4}}\n")
+		_, err := g.Admit(ctx, request(headers{"Grpc-Timeout": "0n"}), nil)
+		if rej := refusal(t, err); rej.Reason != admission.ReasonDeadline || rej.RetryAfterHeader() != "1" {
+			t.Errorf("an expired deadline: %+v", rej)
+		}
+	})
+	t.Run("draining", func(t *testing.T) {
+		g, _, _ := newGate(t, "admission: {strategy: none}\n")
+		g.Drain()
+		_, err := g.Admit(ctx, request(nil), nil)
+		if rej := refusal(t, err); rej.Reason != admission.ReasonDraining || rej.Status != 503 {
+			t.Errorf("while draining: %+v", rej)
+		}
+	})
+	t.Run("client_limited and denied", func(t *testing.T) {
+		g, _, _ := newGate(t, "admission: {strategy: none}\nclients: {rate: 1, burst: 1, deny: [abuser]}\nheaders: {clientKey: X-Client}\n")
+		admit(t, g, request(headers{"X-Client": "alice"})).Done()
+		_, err := g.Admit(ctx, request(headers{"X-Client": "alice"}), nil)
+		if rej := refusal(t, err); rej.Reason != admission.ReasonClientLimited || rej.Status != 429 || rej.Stage != "clients" {
+			t.Errorf("second request of alice: %+v", rej)
+		}
+		admit(t, g, request(headers{"X-Client": "bob"})).Done()
+		_, err = g.Admit(ctx, request(headers{"X-Client": "abuser"}), nil)
+		if rej := refusal(t, err); rej.Reason != admission.ReasonDenied || rej.Status != 403 || rej.RetryAfterHeader() != "" {
+			t.Errorf("deny-listed: %+v, want 403 without Retry-After", rej)
+		}
+	})
+}
+
+// TestClientErrorsAreCountedNotShed: a malformed admission header is a 400 naming it, an
+// announced body over the limit a 413; neither reaches the strategy.
+func TestClientErrorsAreCountedNotShed(t *testing.T) {
+	g, _, reg := newGate(t, "admission: {strategy: inflight, inflight: {limit: 1}}\nserver: {maxBodyBytes: 10}\n")
+	_, err := g.Admit(context.Background(), request(headers{"X-Loadshed-Priority": "urgent"}), nil)
+	var ce *ClientError
+	if !errors.As(err, &ce) || ce.Status != 400 || ce.Header != "X-Loadshed-Priority" {
+		t.Fatalf("bad priority: %v", err)
+	}
+	big := request(nil)
+	big.ContentLength = 11
+	if _, err := g.Admit(context.Background(), big, nil); !errors.As(err, &ce) || ce.Status != 413 || ce.Limit != 10 {
+		t.Fatalf("large body: %v", err)
+	}
+	if n := requests(reg, "outcome", "client_error"); n != 2 {
+		t.Errorf("client errors counted %v, want 2", n)
+	}
+	if st := g.Policies()[0].Stats(); st.InFlight != 0 {
+		t.Errorf("a refused request holds %d permits", st.InFlight)
+	}
+}
+
+// TestDryRunCountsButAdmits: a dry-run policy admits everything and counts what it would shed.
+func TestDryRunCountsButAdmits(t *testing.T) {
+	g, _, reg := newGate(t, "admission: {strategy: inflight, dryRun: true, inflight: {limit: 1}}\nclients: {rate: 1, burst: 1}\n")
+	var held []*Pass
+	for range 3 {
+		held = append(held, admit(t, g, request(nil)))
+	}
+	for _, p := range held {
+		p.Responded(200, t0, false)
+		p.Finish()
+	}
+	want := `
+# HELP loadshed_dry_run_would_shed_total Requests a dry-run strategy would have refused but admitted, by route, strategy, reason, priority and front door.
+# TYPE loadshed_dry_run_would_shed_total counter
+loadshed_dry_run_would_shed_total{door="http",priority="critical",reason="client_limited",route="default",strategy="clients"} 2
+loadshed_dry_run_would_shed_total{door="http",priority="critical",reason="concurrency_limit",route="default",strategy="inflight"} 2
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "loadshed_dry_run_would_shed_total"); err != nil {
+		t.Error(err)
+	}
+	if n, _ := testutil.GatherAndCount(reg, "loadshed_shed_total"); n != 0 {
+		t.Errorf("a dry run counted %d real sheds", n)
+	}
+	if st := g.Policies()[0].Stats(); st.InFlight != 0 {
+		t.Errorf("in flight %d after every request ended", st.InFlight)
+	}
+}
+
+// TestDeadlines: the remaining time is carried on the pass; a request whose deadline is shorter
+// than the route's typical upstream latency is refused before it queues.
+func TestDeadlines(t *testing.T) {
+	g, clk, _ := newGate(t, "admission: {strategy: none}\n")
+	p := admit(t, g, request(headers{"X-Request-Timeout": "2s", "Grpc-Timeout": "1500m"}))
+	if !p.ClientDeadline().Equal(t0.Add(1500*time.Millisecond)) || p.TimeoutHeader() != "X-Request-Timeout" || !p.GRPCTimeout() {
+		t.Errorf("pass deadline %v header %q grpc %v, want the shorter 1.5s", p.ClientDeadline(), p.TimeoutHeader(), p.GRPCTimeout())
+	}
+	// Teach the route a latency of 50 ms.
+	p.Forwarding(clk.Now())
+	p.Responded(200, clk.Now().Add(50*time.Millisecond), false)
+	p.Finish()
+	_, err := g.Admit(context.Background(), request(headers{"X-Request-Timeout": "40ms"}), nil)
+	if rej := refusal(t, err); rej.Reason != admission.ReasonDeadline {
+		t.Errorf("40ms left for a 50ms route: %+v", rej)
+	}
+	admit(t, g, request(headers{"X-Request-Timeout": "60ms"})).Done()
+}
+
+// TestClientKey: the key is the configured header, or the peer's address, or the first
+// X-Forwarded-For hop only when forwarded headers are trusted.
+func TestClientKey(t *testing.T) {
+	s := requestSpec{clientKeyHeader: "X-Client"}
+	if k := s.clientKey(headers{"X-Client": "alice"}, "192.0.2.1:9"); k != "alice" {
+		t.Errorf("header key %q", k)
+	}
+	if k := s.clientKey(headers{"X-Forwarded-For": "203.0.113.9"}, "192.0.2.1:9"); k != "192.0.2.1" {
+		t.Errorf("untrusted forwarding: %q, want the peer", k)
+	}
+	s.trustForwarded = true
+	if k := s.clientKey(headers{"X-Forwarded-For": "203.0.113.9, 10.0.0.1"}, "192.0.2.1:9"); k != "203.0.113.9" {
+		t.Errorf("trusted forwarding: %q", k)
+	}
+}
+
+// TestPermitReleasedOnEveryOutcome: whatever way an exchange ends, the permit comes back once,
+// the strategy is told the right outcome, and the request is counted with its outcome and code.
+func TestPermitReleasedOnEveryOutcome(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		end     func(p *Pass)
+		learns  admission.Outcome
+		outcome string
+		code    string
+	}{
+		{"success", func(p *Pass) { p.Responded(200, t0, false) }, admission.Success, "success", "200"},
+		{"redirect", func(p *Pass) { p.Responded(302, t0, false) }, admission.Success, "success", "302"},
+		{"client error", func(p *Pass) { p.Responded(404, t0, false) }, admission.Ignore, "client_error", "404"},
+		{"upstream 429", func(p *Pass) { p.Responded(429, t0, false) }, admission.Dropped, "client_error", "429"},
+		{"upstream 503", func(p *Pass) { p.Responded(503, t0, false) }, admission.Dropped, "upstream_error", "503"},
+		{"stream", func(p *Pass) { p.Responded(200, t0, true) }, admission.Ignore, "success", "200"},
+		{"unreachable", func(p *Pass) { p.Failed(metrics.OutcomeUpstreamError, 502) }, admission.Dropped, "upstream_error", "502"},
+		{"timeout", func(p *Pass) { p.Failed(metrics.OutcomeUpstreamTimeout, 504) }, admission.Dropped, "upstream_timeout", "504"},
+		{"client left", func(p *Pass) { p.Failed(metrics.OutcomeCanceled, 0) }, admission.Ignore, "canceled", "499"},
+		{"client left mid-body", func(p *Pass) { p.Responded(200, t0, false); p.Failed(metrics.OutcomeCanceled, 0) }, admission.Ignore, "canceled", "200"},
+		{"released early", func(p *Pass) { p.Responded(200, t0, true); p.Release(admission.Ignore) }, admission.Ignore, "success", "200"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g, _, reg := newGate(t, "admission: {strategy: inflight, inflight: {limit: 2}}\n")
+			p := admit(t, g, request(nil))
+			p.Forwarding(t0)
+			c.end(p)
+			if got := p.classify(); got != c.learns {
+				t.Errorf("the strategy learns %v, want %v", got, c.learns)
+			}
+			p.Finish()
+			p.Finish() // a second end changes nothing but the count
+			if st := g.Policies()[0].Stats(); st.InFlight != 0 {
+				t.Errorf("in flight %d after the request ended", st.InFlight)
+			}
+			if n := requests(reg, "outcome", c.outcome, "code", c.code, "door", "http"); n != 2 {
+				t.Errorf("requests{outcome=%s,code=%s} = %v, want 2 (one per Finish)", c.outcome, c.code, n)
+			}
+		})
+	}
+}
+
+// TestCanceledWhileQueued: a client that leaves while its request waits gets nothing, leaves
+// the queue, and is counted as canceled (499).
+func TestCanceledWhileQueued(t *testing.T) {
+	g, _, reg := newGate(t, "admission: {strategy: bounded-queue, boundedQueue: {concurrency: 1, depth: 4, maxWait: 1s}}\n")
+	hold := admit(t, g, request(nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	queued := make(chan admission.Queued, 1)
+	done := make(chan error, 1)
+	go func() {
+		_, err := g.Admit(ctx, request(nil), func(q admission.Queued) { queued <- q })
+		done <- err
+	}()
+	<-queued
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("queued and canceled: %v", err)
+	}
+	if st := g.Policies()[0].Stats(); st.QueuedRequests != 0 {
+		t.Errorf("%d still queued", st.QueuedRequests)
+	}
+	if n := requests(reg, "outcome", "canceled", "code", "499"); n != 1 {
+		t.Errorf("canceled counted %v, want 1", n)
+	}
+	hold.Finish()
+}
+
+// TestRoutesAndDoors: a route with its own policy is matched by path and method; each door is
+// its own label value.
+func TestRoutesAndDoors(t *testing.T) {
+	g, _, reg := newGate(t, `admission: {strategy: none}
+routes:
+  - {name: export, pathPrefix: /export, methods: [POST], cost: 3, admission: {strategy: inflight, inflight: {limit: 3}}}
+`)
+	r := request(nil)
+	r.Method, r.Path, r.Door = "POST", "/export/all", metrics.DoorGRPC
+	p := admit(t, g, r)
+	if p.Route() != "export" {
+		t.Errorf("route %q, want export", p.Route())
+	}
+	if _, err := g.Admit(context.Background(), r, nil); refusal(t, err).Reason != admission.ReasonConcurrencyLimit {
+		t.Errorf("a second cost-3 request on a limit of 3 must be refused")
+	}
+	p.Responded(200, t0, false)
+	p.Finish()
+	if n := requests(reg, "route", "export", "door", "grpc", "outcome", "success"); n != 1 {
+		t.Errorf("grpc door success on export counted %v", n)
+	}
+	g.Count(metrics.DoorHTTP, "CONNECT", "/", metrics.OutcomeClientError, 405)
+	if n := requests(reg, "route", "default", "door", "http", "code", "405"); n != 1 {
+		t.Errorf("a door's own refusal counted %v", n)
+	}
+}

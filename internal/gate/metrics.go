@@ -1,0 +1,139 @@
+package gate
+
+import (
+	"strconv"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/loadshed/loadshed/internal/metrics"
+	"github.com/loadshed/loadshed/pkg/admission"
+)
+
+// Doors, in label order: the index of a door in the tables below.
+var doors = []string{metrics.DoorHTTP, metrics.DoorGRPC, metrics.DoorExtProc}
+
+// outcomes, in label order; the constants index it.
+var outcomes = []string{
+	metrics.OutcomeSuccess, metrics.OutcomeClientError, metrics.OutcomeUpstreamError,
+	metrics.OutcomeUpstreamTimeout, metrics.OutcomeShed, metrics.OutcomeCanceled,
+}
+
+const (
+	outcomeSuccess uint8 = iota
+	outcomeClientError
+	outcomeUpstreamError
+	outcomeUpstreamTimeout
+	outcomeShed
+	outcomeCanceled
+)
+
+func indexOf(list []string, s string) int {
+	for i, v := range list {
+		if v == s {
+			return i
+		}
+	}
+	return -1
+}
+
+func reasonIndex(r admission.Reason) int {
+	for i, v := range admission.AllReasons {
+		if v == r {
+			return i
+		}
+	}
+	return -1
+}
+
+// policyMetrics are one policy's metric children, resolved once when the policy is built, so the
+// hot path never looks labels up by string: histograms are fully labelled observers; counters
+// whose labels vary per request (door, outcome, code; stage, reason, priority) are created on
+// first use into lock-free tables.
+type policyMetrics struct {
+	queueWait, upstream, duration prometheus.Observer
+
+	requests *prometheus.CounterVec // curried: route, strategy
+	// byCode[door][outcome] is allocated on first use; codes 100-599 index it.
+	byCode [3][6]atomic.Pointer[codeTable]
+
+	shed, dryRun *prometheus.CounterVec // curried: route
+	// stages are the stage names a refusal can carry: the policy's strategy, "clients" (the
+	// per-client limits) and the name of every stage of its core.
+	stages          []string
+	shedTab, dryTab []atomic.Pointer[counterRef] // [stage][reason][priority][door]
+}
+
+type codeTable [500]atomic.Pointer[counterRef]
+
+type counterRef struct{ c prometheus.Counter }
+
+func newPolicyMetrics(m *metrics.Proxy, route, strategy string, stages []string) *policyMetrics {
+	names := []string{strategy, "clients"}
+	for _, s := range stages {
+		if indexOf(names, s) < 0 {
+			names = append(names, s)
+		}
+	}
+	n := len(names) * len(admission.AllReasons) * admission.NumPriorities * len(doors)
+	return &policyMetrics{
+		queueWait: m.QueueWait.WithLabelValues(route, strategy),
+		upstream:  m.UpstreamLatency.WithLabelValues(route),
+		duration:  m.RequestDuration.WithLabelValues(route),
+		requests:  m.Requests.MustCurryWith(prometheus.Labels{"route": route, "strategy": strategy}),
+		shed:      m.Shed.MustCurryWith(prometheus.Labels{"route": route}),
+		dryRun:    m.DryRunShed.MustCurryWith(prometheus.Labels{"route": route}),
+		stages:    names,
+		shedTab:   make([]atomic.Pointer[counterRef], n),
+		dryTab:    make([]atomic.Pointer[counterRef], n),
+	}
+}
+
+// count adds one request to loadshed_requests_total; o indexes outcomes.
+func (pm *policyMetrics) count(door int, o uint8, code int) {
+	outcome := outcomes[o]
+	if code < 100 || code > 599 {
+		pm.requests.WithLabelValues(doors[door], outcome, strconv.Itoa(code)).Inc()
+		return
+	}
+	tab := pm.byCode[door][o].Load()
+	if tab == nil {
+		pm.byCode[door][o].CompareAndSwap(nil, new(codeTable))
+		tab = pm.byCode[door][o].Load()
+	}
+	slot := &tab[code-100]
+	if ref := slot.Load(); ref != nil {
+		ref.c.Inc()
+		return
+	}
+	store(slot, pm.requests.WithLabelValues(doors[door], outcome, strconv.Itoa(code))).Inc()
+}
+
+// refused adds one refusal to loadshed_shed_total (or, for a dry run, to
+// loadshed_dry_run_would_shed_total).
+func (pm *policyMetrics) refused(door int, stage string, reason admission.Reason, prio admission.Priority, dry bool) {
+	vec, tab := pm.shed, pm.shedTab
+	if dry {
+		vec, tab = pm.dryRun, pm.dryTab
+	}
+	s, r := indexOf(pm.stages, stage), reasonIndex(reason)
+	if s < 0 || r < 0 || prio >= admission.NumPriorities {
+		vec.WithLabelValues(stage, string(reason), prio.String(), doors[door]).Inc()
+		return
+	}
+	slot := &tab[((s*len(admission.AllReasons)+r)*admission.NumPriorities+int(prio))*len(doors)+door]
+	if ref := slot.Load(); ref != nil {
+		ref.c.Inc()
+		return
+	}
+	store(slot, vec.WithLabelValues(stage, string(reason), prio.String(), doors[door])).Inc()
+}
+
+// store puts c into an empty slot and returns the counter the slot holds (another goroutine's,
+// if it was first: both are the same child of the vector).
+func store(slot *atomic.Pointer[counterRef], c prometheus.Counter) prometheus.Counter {
+	if slot.CompareAndSwap(nil, &counterRef{c}) {
+		return c
+	}
+	return slot.Load().c
+}
