@@ -591,3 +591,26 @@ func dig(v any, path ...any) any {
 	}
 	return v
 }
+
+// TestTrustAndHeaders: the chart sets the admission headers (an empty name turns one off) and
+// trust, a network or a vouched identity, and the proxy reads them as set.
+func TestTrustAndHeaders(t *testing.T) {
+	m := decode(t, render(t, "--set", "proxy.headers.priority=,proxy.headers.clientKey=X-Tenant,proxy.headers.clientKeyFold=true",
+		"--set-json", `proxy.trust.sources=["10.0.0.0/8"]`,
+		"--set-json", `proxy.trust.identity={"header":"X-Forwarded-Client-Cert","from":["127.0.0.1/32"],"match":["spiffe://cluster.local/ns/web/sa/*"]}`))
+	data := m.configMap(t, "demo-loadshed").Data["config.yaml"]
+	c, err := config.Parse([]byte(data))
+	if err != nil {
+		t.Fatalf("the proxy rejects the rendered config: %v\n%s", err, data)
+	}
+	if c.Headers.Priority != "" || c.Headers.ClientKey != "X-Tenant" || !c.Headers.ClientKeyFold {
+		t.Errorf("headers rendered as %+v", c.Headers)
+	}
+	if len(c.Trust.Sources) != 1 || c.Trust.Identity == nil || c.Trust.Identity.Match[0] != "spiffe://cluster.local/ns/web/sa/*" {
+		t.Errorf("trust rendered as %+v", c.Trust)
+	}
+	c, err = config.Parse([]byte(decode(t, render(t)).configMap(t, "demo-loadshed").Data["config.yaml"]))
+	if err != nil || len(c.Trust.Sources) != 0 || c.Trust.Identity != nil || c.Headers.Priority != "X-Loadshed-Priority" {
+		t.Errorf("defaults: trust %+v headers %+v (%v)", c.Trust, c.Headers, err)
+	}
+}

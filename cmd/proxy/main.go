@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 
 	"github.com/loadshed/loadshed/internal/cli"
 	"github.com/loadshed/loadshed/internal/config"
@@ -31,6 +30,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	upstream := fs.String("upstream", "", "upstream URL, overrides the file's upstream")
 	adminListen := fs.String("admin-listen", "", "admin address, overrides the file's adminListen")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	maxConfig := fs.Int64("max-config-bytes", config.MaxFileBytes, "largest configuration file accepted, at start and on reload")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
@@ -39,10 +39,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stdout, version.String("proxy"))
 		return nil
 	}
+	if *maxConfig < 1 {
+		return cli.Usagef("--max-config-bytes: must be positive, got %d", *maxConfig)
+	}
 	if *check != "" {
-		c, err := config.Load(*check)
+		data, err := config.ReadFile(*check, *maxConfig)
 		if err != nil {
 			return err
+		}
+		c, err := config.Parse(data)
+		if err != nil {
+			return fmt.Errorf("%s: %w", *check, err)
 		}
 		fmt.Fprintf(stdout, "%s: valid (strategy %s)\n", *check, c.Admission.Strategy)
 		return nil
@@ -54,12 +61,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return cli.Usagef("--log-level: %v", err)
 	}
-	cfg, err := loadWithOverrides(*configPath, *listen, *upstream, *adminListen)
+	cfg, err := loadWithOverrides(*configPath, *maxConfig, *listen, *upstream, *adminListen)
 	if err != nil {
 		return err
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
-	srv, err := proxy.New(cfg, proxy.Options{Logger: log, ConfigPath: *configPath, Overrides: overrides(*listen, *upstream, *adminListen)})
+	srv, err := proxy.New(cfg, proxy.Options{Logger: log, ConfigPath: *configPath, Overrides: overrides(*listen, *upstream, *adminListen),
+		MaxConfigBytes: *maxConfig})
 	if err != nil {
 		return err
 	}
@@ -82,8 +90,8 @@ func overrides(listen, upstream, admin string) func(*config.Config) {
 
 // loadWithOverrides reads the file, applies the command-line overrides, then validates, so an
 // override is checked like any other value.
-func loadWithOverrides(path, listen, upstream, admin string) (*config.Config, error) {
-	data, err := os.ReadFile(path)
+func loadWithOverrides(path string, maxBytes int64, listen, upstream, admin string) (*config.Config, error) {
+	data, err := config.ReadFile(path, maxBytes)
 	if err != nil {
 		return nil, err
 	}

@@ -3,10 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/loadshed/loadshed/internal/cli"
+	"github.com/loadshed/loadshed/internal/config"
 )
 
 func TestCheckConfigNamesTheField(t *testing.T) {
@@ -36,10 +40,10 @@ func TestOverridesAreValidatedLikeTheFile(t *testing.T) {
 	path := filepath.Join(dir, "c.yaml")
 	os.WriteFile(path, []byte("admission: {strategy: inflight, inflight: {limit: 2}}\n"), 0o600)
 	// The file has no upstream; the flag supplies one.
-	if _, err := loadWithOverrides(path, "127.0.0.1:0", "http://127.0.0.1:9", "127.0.0.1:0"); err != nil {
+	if _, err := loadWithOverrides(path, config.MaxFileBytes, "127.0.0.1:0", "http://127.0.0.1:9", "127.0.0.1:0"); err != nil {
 		t.Fatalf("with --upstream: %v", err)
 	}
-	if _, err := loadWithOverrides(path, "", "ftp://x", ""); err == nil || !strings.Contains(err.Error(), "upstream") {
+	if _, err := loadWithOverrides(path, config.MaxFileBytes, "", "ftp://x", ""); err == nil || !strings.Contains(err.Error(), "upstream") {
 		t.Fatalf("a bad --upstream must be refused naming upstream: %v", err)
 	}
 }
@@ -49,7 +53,22 @@ func TestVersionAndUsage(t *testing.T) {
 	if err := run(context.Background(), []string{"--version"}, &out, &errw); err != nil || !strings.HasPrefix(out.String(), "proxy ") {
 		t.Fatalf("--version: %v %q", err, out.String())
 	}
-	if err := run(context.Background(), nil, &out, &errw); err == nil {
-		t.Fatal("no --config must be a usage error")
+	if err := run(context.Background(), nil, &out, &errw); !errors.As(err, new(cli.UsageError)) {
+		t.Fatalf("no --config: %v, want a usage error (exit 2)", err)
+	}
+}
+
+// TestConfigFileSizeIsCapped: a file over --max-config-bytes is refused before it is parsed,
+// and the error names the limit.
+func TestConfigFileSizeIsCapped(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "big.yaml")
+	os.WriteFile(path, []byte("upstream: http://127.0.0.1:9\n"+strings.Repeat("# padding\n", 200)), 0o600)
+	var out bytes.Buffer
+	err := run(context.Background(), []string{"--check-config", path, "--max-config-bytes", "1000"}, &out, &out)
+	if err == nil || !strings.Contains(err.Error(), "1000 bytes") {
+		t.Fatalf("a 2 KB file with a 1000-byte cap: %v, want an error naming the cap", err)
+	}
+	if err := run(context.Background(), []string{"--check-config", path}, &out, &out); err != nil {
+		t.Fatalf("the same file under the default cap: %v", err)
 	}
 }

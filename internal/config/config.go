@@ -47,6 +47,8 @@ type Config struct {
 	StatusCodes StatusCodes `yaml:"statusCodes"`
 	Admission   Admission   `yaml:"admission"`
 	Headers     Headers     `yaml:"headers"`
+	// Trust says whose admission headers (priority, cost, client key) are believed.
+	Trust Trust `yaml:"trust"`
 	// Clients, when present, limits each client separately (before the admission strategy).
 	Clients *Clients `yaml:"clients"`
 	Routes  []Route  `yaml:"routes"`
@@ -67,11 +69,36 @@ type Shutdown struct {
 // Server bounds what a client may cost the proxy.
 type Server struct {
 	ReadHeaderTimeout Duration `yaml:"readHeaderTimeout"`
-	ReadTimeout       Duration `yaml:"readTimeout"`
-	IdleTimeout       Duration `yaml:"idleTimeout"`
-	MaxHeaderBytes    int      `yaml:"maxHeaderBytes"`
+	// ReadTimeout bounds the whole request, body included (0: no bound).
+	ReadTimeout    Duration `yaml:"readTimeout"`
+	IdleTimeout    Duration `yaml:"idleTimeout"`
+	MaxHeaderBytes int      `yaml:"maxHeaderBytes"`
 	// MaxBodyBytes refuses larger request bodies with 413; 0 means no limit.
 	MaxBodyBytes int64 `yaml:"maxBodyBytes"`
+	// RequestBodyBuffer: a request body up to this size is read in full before admission, so a
+	// client that sends it slowly holds no permit; a larger or unfinished body is admitted with
+	// what has arrived and streamed on. 0 streams every body.
+	RequestBodyBuffer int64 `yaml:"requestBodyBuffer"`
+	// RequestBodyTimeout bounds the wait for a buffered body (408 past it), and each pause
+	// between reads of a streamed one.
+	RequestBodyTimeout Duration `yaml:"requestBodyTimeout"`
+	// ResponseBodyBuffer: an upstream response of known length up to this size is read in full
+	// as its headers arrive, and the permit is released then, not when a slow client has read
+	// it. 0 streams every response under the permit.
+	ResponseBodyBuffer int64 `yaml:"responseBodyBuffer"`
+	// ResponseBufferBudget bounds the bytes of all buffered responses at once; past it a
+	// response streams under its permit.
+	ResponseBufferBudget int64 `yaml:"responseBufferBudget"`
+	// WriteIdleTimeout bounds how long one write to a client may block: a client that stops
+	// reading is cut off after it, and what it held is freed.
+	WriteIdleTimeout Duration `yaml:"writeIdleTimeout"`
+	// MaxConnections caps the client connections held at once. At the cap, the longest-idle
+	// keep-alive connection is closed to make room; with none idle, new connections wait in the
+	// listen backlog until one ends. Requests on open connections are unaffected.
+	MaxConnections int `yaml:"maxConnections"`
+	// MaxConnectionsPerSource caps the connections of one client address (0: no cap); a new
+	// connection over it is closed at once.
+	MaxConnectionsPerSource int `yaml:"maxConnectionsPerSource"`
 }
 
 // StatusCodes maps each refusal reason to the HTTP status the client gets.
@@ -133,6 +160,13 @@ func Default() Config {
 			ReadTimeout:       Duration(60 * time.Second),
 			IdleTimeout:       Duration(120 * time.Second),
 			MaxHeaderBytes:    64 << 10,
+
+			RequestBodyBuffer:    64 << 10,
+			RequestBodyTimeout:   Duration(10 * time.Second),
+			ResponseBodyBuffer:   1 << 20,
+			ResponseBufferBudget: 32 << 20,
+			WriteIdleTimeout:     Duration(10 * time.Second),
+			MaxConnections:       1024,
 		},
 		StatusCodes: StatusCodes{
 			RateLimited: 429, QueueFull: 503, QueueTimeout: 503, ConcurrencyLimit: 503,
@@ -144,9 +178,44 @@ func Default() Config {
 	}
 }
 
-// Load reads and parses a configuration file.
+// MaxFileBytes is the default limit on the size of a configuration file (a Kubernetes
+// ConfigMap holds at most 1 MiB). A larger file is refused before it is parsed, so that a
+// runaway file cannot take the proxy's memory.
+const MaxFileBytes = 1 << 20
+
+// MaxProblems is how many problems an error lists; the rest are counted.
+const MaxProblems = 20
+
+// maxEntries bounds the entries (lines and list or mapping items) of a file that is parsed at
+// all: a YAML parser holds a node per entry, and a 1 MiB file of one-byte items would take a
+// hundred megabytes. A real configuration has a few hundred.
+const maxEntries = 50_000
+
+// entries over-estimates the YAML nodes data can hold: every line and every comma may start one.
+func entries(data []byte) int {
+	return bytes.Count(data, []byte{'\n'}) + bytes.Count(data, []byte{','}) + bytes.Count(data, []byte{'['}) + bytes.Count(data, []byte{'{'})
+}
+
+// ReadFile reads a configuration file of at most max bytes.
+func ReadFile(path string, max int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > max {
+		return nil, fmt.Errorf("%s: larger than %d bytes, the limit on a configuration file (--max-config-bytes)", path, max)
+	}
+	return data, nil
+}
+
+// Load reads and parses a configuration file of at most MaxFileBytes.
 func Load(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := ReadFile(path, MaxFileBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -166,6 +235,10 @@ func Parse(data []byte) (*Config, error) { return ParseWith(data, nil) }
 func ParseWith(data []byte, adjust func(*Config)) (*Config, error) {
 	c := Default()
 	var errs Problems
+	if n := entries(data); n > maxEntries {
+		errs.add("", "%d lines and items; a configuration has at most %d", n, maxEntries)
+		return nil, &errs
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	switch err := dec.Decode(&doc); {
@@ -200,6 +273,10 @@ func ParseWith(data []byte, adjust func(*Config)) (*Config, error) {
 func ParseAdmission(data []byte) (*Admission, error) {
 	a := Admission{Strategy: StrategyNone}
 	var errs Problems
+	if n := entries(data); n > maxEntries {
+		errs.add("admission", "%d lines and items; an admission block has at most %d", n, maxEntries)
+		return nil, &errs
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	switch err := dec.Decode(&doc); {
@@ -257,6 +334,32 @@ func (c *Config) Validate(errs *Problems) {
 	if c.Server.MaxBodyBytes < 0 {
 		errs.add("server.maxBodyBytes", "must not be negative (0 means no limit), got %d", c.Server.MaxBodyBytes)
 	}
+	for _, f := range []struct {
+		name string
+		v    int64
+		max  int64
+	}{
+		{"server.requestBodyBuffer", c.Server.RequestBodyBuffer, 16 << 20},
+		{"server.responseBodyBuffer", c.Server.ResponseBodyBuffer, 1 << 30},
+		{"server.responseBufferBudget", c.Server.ResponseBufferBudget, 1 << 40},
+	} {
+		if f.v < 0 || f.v > f.max {
+			errs.add(f.name, "must be from 0 (stream everything) to %d bytes, got %d", f.max, f.v)
+		}
+	}
+	if c.Server.ResponseBodyBuffer > c.Server.ResponseBufferBudget {
+		errs.add("server.responseBufferBudget", "must hold at least one buffered response (server.responseBodyBuffer = %d), got %d",
+			c.Server.ResponseBodyBuffer, c.Server.ResponseBufferBudget)
+	}
+	positive(errs, "server.requestBodyTimeout", c.Server.RequestBodyTimeout)
+	positive(errs, "server.writeIdleTimeout", c.Server.WriteIdleTimeout)
+	if c.Server.MaxConnections < 1 {
+		errs.add("server.maxConnections", "must be at least 1, got %d", c.Server.MaxConnections)
+	}
+	if c.Server.MaxConnectionsPerSource < 0 {
+		errs.add("server.maxConnectionsPerSource", "must not be negative (0 means no cap), got %d", c.Server.MaxConnectionsPerSource)
+	}
+	c.Trust.validate(errs)
 	for _, f := range c.StatusCodes.fields() {
 		if f.code < 400 || f.code > 599 {
 			errs.add("statusCodes."+f.name, "must be an HTTP error status (400-599), got %d", f.code)
@@ -316,14 +419,20 @@ func (p Problem) String() string {
 	return s
 }
 
-// Problems is the error for an invalid configuration: every problem found, each naming its field.
+// Problems is the error for an invalid configuration: every problem found, each naming its
+// field, up to MaxProblems; Omitted counts the rest (a file of a million unknown keys yields a
+// short message, not a million lines).
 type Problems struct {
-	List []Problem
+	List    []Problem
+	Omitted int
 }
 
 func (e *Problems) add(field, format string, args ...any) {
-	e.List = append(e.List, Problem{Field: field, Message: fmt.Sprintf(format, args...)})
+	e.addLine(0, field, format, args...)
 }
+
+// full reports that no more problems are recorded (the rest are only counted).
+func (e *Problems) full() bool { return len(e.List) >= MaxProblems }
 
 // nest records the problems of err, the result of a validator in pkg/admission, each under
 // path (see field.Errors.Nest).
@@ -337,11 +446,15 @@ func (e *Problems) nest(path string, err error) {
 		return
 	}
 	for _, p := range fe.Problems {
-		e.List = append(e.List, Problem{Field: field.Join(path, p.Field), Message: p.Detail})
+		e.addLine(0, field.Join(path, p.Field), "%s", p.Detail)
 	}
 }
 
 func (e *Problems) addLine(line int, field, format string, args ...any) {
+	if e.full() {
+		e.Omitted++
+		return
+	}
 	e.List = append(e.List, Problem{Field: field, Line: line, Message: fmt.Sprintf(format, args...)})
 }
 
@@ -349,6 +462,9 @@ func (e *Problems) Error() string {
 	lines := make([]string, len(e.List))
 	for i, p := range e.List {
 		lines[i] = p.String()
+	}
+	if e.Omitted > 0 {
+		lines = append(lines, fmt.Sprintf("... and %d more problems", e.Omitted))
 	}
 	if len(lines) == 1 {
 		return "invalid config: " + lines[0]

@@ -220,6 +220,10 @@ func decodeStruct(n *yaml.Node, v reflect.Value, path string, errs *Problems) {
 				continue
 			}
 		}
+		if errs.full() {
+			errs.Omitted++ // no suggestion is worth computing for a problem nobody will read
+			continue
+		}
 		msg := "unknown field"
 		if s := suggest(key, names); s != "" {
 			msg += fmt.Sprintf(" (did you mean %q?)", s)
@@ -232,6 +236,9 @@ func decodeStruct(n *yaml.Node, v reflect.Value, path string, errs *Problems) {
 
 // suggest returns the known name closest to key when it is a likely typo.
 func suggest(key string, names []string) string {
+	if len(key) > 64 {
+		return ""
+	}
 	best, bestD := "", 3
 	for _, n := range names {
 		if d := editDistance(strings.ToLower(key), strings.ToLower(n)); d < bestD {

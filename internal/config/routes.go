@@ -21,8 +21,13 @@ type Headers struct {
 	Timeout string `yaml:"timeout"`
 	// GRPCTimeout honours gRPC's grpc-timeout header too.
 	GRPCTimeout bool `yaml:"grpcTimeout"`
-	// ClientKey identifies the client for per-client limits; empty: the client's address.
+	// ClientKey identifies the client for per-client limits; empty: the client's address. It is
+	// honoured only from trusted clients (trust): set it in a trusted hop, never leave it to the
+	// client.
 	ClientKey string `yaml:"clientKey"`
+	// ClientKeyFold folds a client key to lower case and trims its spaces, so "Alice" and
+	// "ALICE " share a bucket.
+	ClientKeyFold bool `yaml:"clientKeyFold"`
 }
 
 // Clients configures per-client token buckets keyed by Headers.ClientKey.

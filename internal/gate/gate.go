@@ -175,8 +175,9 @@ type Pass struct {
 	Start time.Time
 
 	permit   admission.Permit
-	deadline time.Duration // after Start; 0: none
-	fwd, hdr time.Duration // after Start: forwarded, response headers (0: not yet)
+	bodyErr  atomic.Pointer[error] // the first error reading the client's body
+	deadline time.Duration         // after Start; 0: none
+	fwd, hdr time.Duration         // after Start: forwarded, response headers (0: not yet)
 	status   int32
 	door     uint8
 	outcome  uint8 // index in outcomes
@@ -215,6 +216,10 @@ func (ps *Pass) Waited() time.Duration { return ps.permit.Waited }
 
 // TimeoutHeader is the header the remaining deadline is forwarded in ("" for none).
 func (ps *Pass) TimeoutHeader() string { return ps.spec.timeoutHeader }
+
+// StripHeaders are the admission headers the door removes before the upstream (the priority
+// and cost headers, unless trust.forwardAdmissionHeaders keeps them).
+func (ps *Pass) StripHeaders() []string { return ps.spec.strip }
 
 // GRPCTimeout reports that the client sent grpc-timeout: the remaining deadline is forwarded in
 // it too.
@@ -325,6 +330,19 @@ func (g *Gate) refuse(st *state, p *Policy, door int, req admission.Request, rej
 // Route is the name of the route the request matched ("default" when none did).
 func (ps *Pass) Route() string { return ps.p.route }
 
+// BodyFailed records that reading the client's request body failed (a malformed chunk, a
+// stall, a client that left): a forward that fails then is the client's doing. The first error
+// is kept; it is safe to call from the goroutine that forwards the body.
+func (ps *Pass) BodyFailed(err error) { ps.bodyErr.CompareAndSwap(nil, &err) }
+
+// BodyError is the first error reading the client's body, or nil.
+func (ps *Pass) BodyError() error {
+	if e := ps.bodyErr.Load(); e != nil {
+		return *e
+	}
+	return nil
+}
+
 // Outcome is how the exchange has gone so far (a metrics.Outcome* value).
 func (ps *Pass) Outcome() string { return outcomes[ps.outcome] }
 
@@ -360,6 +378,11 @@ func (ps *Pass) Failed(outcome string, status int) {
 		ps.status = int32(status)
 	}
 }
+
+// Complete says the upstream's answer is complete (read in full, or a stream that has started):
+// the permit is released now, with the outcome so far, though the client may take its time to
+// read the answer. Finish still ends the request.
+func (ps *Pass) Complete() { ps.Release(ps.classify()) }
 
 // Release gives the permit back now, with the outcome the strategy learns from; Finish then only
 // counts the request. It is safe to call more than once and from another goroutine.

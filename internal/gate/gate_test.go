@@ -162,7 +162,7 @@ loadshed_shed_total{door="http",priority="critical",reason="rate_limited",route=
 		}
 	})
 	t.Run("client_limited and denied", func(t *testing.T) {
-		g, _, _ := newGate(t, "admission: {strategy: none}\nclients: {rate: 1, burst: 1, deny: [abuser]}\nheaders: {clientKey: X-Client}\n")
+		g, _, _ := newGate(t, "admission: {strategy: none}\nclients: {rate: 1, burst: 1, deny: [abuser]}\nheaders: {clientKey: X-Client}\ntrust: {sources: [192.0.2.0/24]}\n")
 		admit(t, g, request(headers{"X-Client": "alice"})).Done()
 		_, err := g.Admit(ctx, request(headers{"X-Client": "alice"}), nil)
 		if rej := refusal(t, err); rej.Reason != admission.ReasonClientLimited || rej.Status != 429 || rej.Stage != "clients" {
@@ -245,18 +245,30 @@ func TestDeadlines(t *testing.T) {
 	admit(t, g, request(headers{"X-Request-Timeout": "60ms"})).Done()
 }
 
-// TestClientKey: the key is the configured header, or the peer's address, or the first
-// X-Forwarded-For hop only when forwarded headers are trusted.
+// TestClientKey: the key is the configured header from a trusted sender (folded when asked),
+// or the peer's address, or the first X-Forwarded-For hop only when forwarded headers are
+// trusted.
 func TestClientKey(t *testing.T) {
+	untrusted := &trustCheck{rules: newTrustRules(config.Trust{})}
 	s := requestSpec{clientKeyHeader: "X-Client"}
-	if k := s.clientKey(headers{"X-Client": "alice"}, "192.0.2.1:9"); k != "alice" {
-		t.Errorf("header key %q", k)
+	if k := s.clientKey(headers{"X-Client": "alice"}, "192.0.2.1:9", untrusted); k != "192.0.2.1" {
+		t.Errorf("untrusted header key %q, want the peer's address", k)
 	}
-	if k := s.clientKey(headers{"X-Forwarded-For": "203.0.113.9"}, "192.0.2.1:9"); k != "192.0.2.1" {
+	trusted := &trustCheck{rules: newTrustRules(config.Trust{Sources: []string{"192.0.2.0/24"}}), peer: "192.0.2.1:9"}
+	if k := s.clientKey(headers{"X-Client": "alice"}, "192.0.2.1:9", trusted); k != "alice" {
+		t.Errorf("trusted header key %q", k)
+	}
+	s.foldKey = true
+	trusted.done = false
+	if k := s.clientKey(headers{"X-Client": " ALICE "}, "192.0.2.1:9", trusted); k != "alice" {
+		t.Errorf("folded key %q, want alice", k)
+	}
+	s = requestSpec{}
+	if k := s.clientKey(headers{"X-Forwarded-For": "203.0.113.9"}, "192.0.2.1:9", untrusted); k != "192.0.2.1" {
 		t.Errorf("untrusted forwarding: %q, want the peer", k)
 	}
 	s.trustForwarded = true
-	if k := s.clientKey(headers{"X-Forwarded-For": "203.0.113.9, 10.0.0.1"}, "192.0.2.1:9"); k != "203.0.113.9" {
+	if k := s.clientKey(headers{"X-Forwarded-For": "203.0.113.9, 10.0.0.1"}, "192.0.2.1:9", untrusted); k != "203.0.113.9" {
 		t.Errorf("trusted forwarding: %q", k)
 	}
 }

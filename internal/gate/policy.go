@@ -150,7 +150,15 @@ func buildState(cfg *config.Config, prev *state, m *metrics.Proxy, clock admissi
 		priorityHeader: h.Priority, defaultPriority: defPrio,
 		costHeader: h.Cost, maxCost: h.MaxCost,
 		timeoutHeader: h.Timeout, grpcTimeout: h.GRPCTimeout,
-		clientKeyHeader: h.ClientKey, trustForwarded: cfg.TrustForwardedHeaders,
+		clientKeyHeader: h.ClientKey, foldKey: h.ClientKeyFold, trustForwarded: cfg.TrustForwardedHeaders,
+		trust: newTrustRules(cfg.Trust),
+	}
+	if !cfg.Trust.ForwardAdmissionHeaders {
+		for _, name := range []string{h.Priority, h.Cost} {
+			if name != "" {
+				st.spec.strip = append(st.spec.strip, name)
+			}
+		}
 	}
 	codes := cfg.StatusCodes.ByReason()
 	st.status = make([]int, len(admission.AllReasons))

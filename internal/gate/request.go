@@ -90,20 +90,47 @@ type requestSpec struct {
 	timeoutHeader   string
 	grpcTimeout     bool
 	clientKeyHeader string // empty: the client's address
+	foldKey         bool
 	trustForwarded  bool
+	trust           *trustRules
+	// strip are the admission headers removed before the upstream (unless trust forwards them).
+	strip []string
+}
+
+// trustCheck evaluates, at most once per request, whether its sender is trusted.
+type trustCheck struct {
+	rules *trustRules
+	h     Header
+	peer  string
+	done  bool
+	ok    bool
+}
+
+func (c *trustCheck) trusted() bool {
+	if !c.done {
+		c.done = true
+		c.ok = c.rules != nil && c.rules.trusted(c.h, c.peer)
+	}
+	return c.ok
 }
 
 // parseRequest reads priority, cost, deadline and client key. A malformed header is an error
-// naming it; a missing one takes the default.
+// naming it; a missing one takes the default. Only a trusted sender (trust) may raise its
+// priority above the default, lower its cost below the route's, or name its client key; an
+// untrusted one's claims are bounded there, and its key is its address.
 func (s *requestSpec) parseRequest(h Header, peer string, now time.Time, routeCost int64) (admission.Request, *headerError) {
-	req := admission.Request{Priority: s.defaultPriority, Cost: max(routeCost, 1)}
+	routeCost = max(routeCost, 1)
+	req := admission.Request{Priority: s.defaultPriority, Cost: routeCost}
+	check := trustCheck{rules: s.trust, h: h, peer: peer}
 	if s.priorityHeader != "" {
 		if v := h.Get(s.priorityHeader); v != "" {
 			p, err := admission.ParsePriority(strings.ToLower(strings.TrimSpace(v)))
 			if err != nil {
 				return req, &headerError{s.priorityHeader, err.Error()}
 			}
-			req.Priority = p
+			if p >= s.defaultPriority || check.trusted() {
+				req.Priority = p
+			}
 		}
 	}
 	if s.costHeader != "" {
@@ -112,7 +139,9 @@ func (s *requestSpec) parseRequest(h Header, peer string, now time.Time, routeCo
 			if err != nil || c < 1 || c > s.maxCost {
 				return req, &headerError{s.costHeader, fmt.Sprintf("want an integer from 1 to %d, got %q", s.maxCost, v)}
 			}
-			req.Cost = c
+			if c >= routeCost || check.trusted() {
+				req.Cost = c
+			}
 		}
 	}
 	var timeout time.Duration
@@ -145,15 +174,18 @@ func (s *requestSpec) parseRequest(h Header, peer string, now time.Time, routeCo
 	case timeout < time.Duration(math.MaxInt64)-time.Duration(now.UnixNano()):
 		req.Deadline = now.Add(timeout)
 	}
-	req.Key = s.clientKey(h, peer)
+	req.Key = s.clientKey(h, peer, &check)
 	return req, nil
 }
 
-// clientKey is the configured header's value, or the client's address (the first
-// X-Forwarded-For hop when forwarded headers are trusted).
-func (s *requestSpec) clientKey(h Header, peer string) string {
+// clientKey is the configured header's value from a trusted sender, or the client's address
+// (the first X-Forwarded-For hop when forwarded headers are trusted).
+func (s *requestSpec) clientKey(h Header, peer string, check *trustCheck) string {
 	if s.clientKeyHeader != "" {
-		if v := h.Get(s.clientKeyHeader); v != "" {
+		if v := h.Get(s.clientKeyHeader); v != "" && check.trusted() {
+			if s.foldKey {
+				v = strings.ToLower(strings.TrimSpace(v))
+			}
 			if len(v) > 256 {
 				v = v[:256]
 			}

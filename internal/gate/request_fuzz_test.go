@@ -80,10 +80,12 @@ func FuzzParseTimeout(f *testing.F) {
 }
 
 // FuzzParseRequest feeds arbitrary priority, cost, X-Request-Timeout and grpc-timeout headers to
-// the proxy's request parsing. It never panics; a refusal names one of the headers; an accepted
-// request has a known priority, a cost from 1 to maxCost (the route's cost when no header says
-// otherwise), and a deadline exactly when a timeout header was given (unless the timeout is too
-// long to represent), never before now and never later than the shorter of the two timeouts.
+// the proxy's request parsing, from a trusted and from an untrusted sender. It never panics; a
+// refusal names one of the headers; an accepted request has a known priority, a cost from 1 to
+// maxCost (the route's cost when no header says otherwise), and a deadline exactly when a
+// timeout header was given (unless the timeout is too long to represent), never before now and
+// never later than the shorter of the two timeouts. A trusted sender gets the priority and cost
+// it names; an untrusted one never a priority above the default nor a cost below the route's.
 func FuzzParseRequest(f *testing.F) {
 	f.Add("critical", "3", "1.5s", "100m", int64(0))
 	f.Add("SHEDDABLE-PLUS ", " 100", "2", "0n", int64(5))
@@ -96,9 +98,26 @@ func FuzzParseRequest(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	spec := st.spec
+	untrusted := st.spec
+	cfg.Trust.Sources = []string{"192.0.2.0/24"}
+	if st, err = buildState(&cfg, nil, metrics.New(prometheus.NewRegistry(), nil), admission.SystemClock{}); err != nil {
+		f.Fatal(err)
+	}
+	trustedSpec := st.spec
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	f.Fuzz(func(t *testing.T, prio, cost, timeout, grpcTimeout string, routeCost int64) {
+		for _, trusted := range []bool{true, false} {
+			spec := untrusted
+			if trusted {
+				spec = trustedSpec
+			}
+			checkParse(t, spec, trusted, now, prio, cost, timeout, grpcTimeout, routeCost)
+		}
+	})
+}
+
+func checkParse(t *testing.T, spec requestSpec, trusted bool, now time.Time, prio, cost, timeout, grpcTimeout string, routeCost int64) {
+	{
 		r, _ := http.NewRequest("GET", "http://proxy.test/", nil)
 		r.RemoteAddr = "192.0.2.1:1234"
 		set := func(name, v string) {
@@ -122,12 +141,27 @@ func FuzzParseRequest(f *testing.F) {
 		if req.Priority >= admission.NumPriorities {
 			t.Fatalf("priority %v", req.Priority)
 		}
+		wantPrio := spec.defaultPriority
+		if prio != "" {
+			wantPrio, _ = admission.ParsePriority(strings.ToLower(strings.TrimSpace(prio)))
+			if !trusted {
+				wantPrio = max(wantPrio, spec.defaultPriority)
+			}
+		}
+		if req.Priority != wantPrio {
+			t.Fatalf("trusted %v: priority %v from header %q, want %v", trusted, req.Priority, prio, wantPrio)
+		}
 		wantCost := max(routeCost, 1)
 		if cost != "" {
-			wantCost, _ = strconv.ParseInt(strings.TrimSpace(cost), 10, 64)
+			c, _ := strconv.ParseInt(strings.TrimSpace(cost), 10, 64)
+			if trusted {
+				wantCost = c
+			} else {
+				wantCost = max(c, wantCost)
+			}
 		}
-		if req.Cost != wantCost || req.Cost < 1 || cost != "" && req.Cost > spec.maxCost {
-			t.Fatalf("cost %d from header %q and route cost %d", req.Cost, cost, routeCost)
+		if req.Cost != wantCost || req.Cost < 1 || cost != "" && req.Cost > max(spec.maxCost, routeCost) {
+			t.Fatalf("trusted %v: cost %d from header %q and route cost %d", trusted, req.Cost, cost, routeCost)
 		}
 		var limits []time.Duration
 		if timeout != "" {
@@ -157,7 +191,7 @@ func FuzzParseRequest(f *testing.F) {
 		if req.Deadline.Before(now) || req.Deadline.Sub(now) != shortest {
 			t.Fatalf("deadline in %v, want the shortest timeout %v", req.Deadline.Sub(now), shortest)
 		}
-	})
+	}
 }
 
 func TestParseGRPCTimeout(t *testing.T) {

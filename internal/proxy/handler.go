@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -27,16 +28,55 @@ type handler struct {
 	log      *slog.Logger
 	proxy    *httputil.ReverseProxy
 	upstream atomic.Pointer[url.URL] // the configured upstream, replaced on reload
-	maxBody  int64                   // server.maxBodyBytes, fixed at start
+	draining atomic.Bool             // answers say Connection: close
+
+	// Fixed at start (server settings).
+	maxBody     int64
+	bodyBuffer  int64
+	bodyTimeout time.Duration
+	readTimeout time.Duration
+	respBuffer  int64
+	respBudget  *budget
+	writeIdle   time.Duration
+}
+
+func newHandler(g *gate.Gate, cfg *config.Config, log *slog.Logger) *handler {
+	sv := cfg.Server
+	return &handler{gate: g, log: log, maxBody: sv.MaxBodyBytes, bodyBuffer: sv.RequestBodyBuffer,
+		bodyTimeout: sv.RequestBodyTimeout.D(), readTimeout: sv.ReadTimeout.D(),
+		respBuffer: sv.ResponseBodyBuffer, respBudget: newBudget(sv.ResponseBufferBudget), writeIdle: sv.WriteIdleTimeout.D()}
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h.draining.Load() {
+		// While the endpoints update, every answer closes its connection, so no idle
+		// keep-alive connection is left for a client to send on as the listener closes.
+		w.Header().Set("Connection", "close")
+	}
 	if r.Method == http.MethodConnect {
 		// The proxy forwards requests to its one upstream; it opens no tunnels.
 		w.Header().Set("Allow", "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS")
 		http.Error(w, "405 Method Not Allowed: CONNECT", http.StatusMethodNotAllowed)
 		h.gate.Count(metrics.DoorHTTP, r.Method, r.URL.Path, metrics.OutcomeClientError, http.StatusMethodNotAllowed)
 		return
+	}
+	start := time.Now()
+	var readLimit time.Time
+	if h.readTimeout > 0 {
+		readLimit = start.Add(h.readTimeout)
+	}
+	if h.maxBody > 0 {
+		r.Body = http.MaxBytesReader(w, r.Body, h.maxBody)
+	}
+	if hasBody(r) && h.bodyBuffer > 0 && r.ContentLength <= h.bodyBuffer && (h.maxBody == 0 || r.ContentLength <= h.maxBody) {
+		// A small body is read before admission, so a client that sends it slowly (or never)
+		// waits without a permit.
+		body, err := prefetch(w, r, h.bodyBuffer, h.bodyTimeout, readLimit)
+		if err != nil {
+			h.bodyFailed(w, r, classifyBodyError(err, r.Context().Err() != nil))
+			return
+		}
+		r.Body = body
 	}
 	pass, err := h.gate.Admit(r.Context(), &gate.Request{
 		Door: metrics.DoorHTTP, Method: r.Method, Path: r.URL.Path, Header: r.Header,
@@ -46,8 +86,15 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.refuse(w, err)
 		return
 	}
-	if h.maxBody > 0 {
-		r.Body = http.MaxBytesReader(w, r.Body, h.maxBody)
+	if hasBody(r) {
+		if _, whole := r.Body.(*bufferedBody); !whole {
+			// The rest of a large or streamed body comes with an idle timeout between reads.
+			b := &idleBody{ReadCloser: r.Body, idle: h.bodyTimeout, limit: readLimit, pass: pass}
+			if d, ok := w.(interface{ SetReadDeadline(time.Time) error }); ok {
+				b.setDeadline = d.SetReadDeadline
+			}
+			r.Body = b
+		}
 	}
 	defer func() {
 		// A panic (http.ErrAbortHandler when the response copy fails) must still release the
@@ -71,7 +118,34 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel = context.WithDeadline(ctx, dl)
 		defer cancel()
 	}
-	h.proxy.ServeHTTP(w, r.WithContext(ctx))
+	h.proxy.ServeHTTP(&idleWriter{ResponseWriter: w, idle: h.writeIdle}, r.WithContext(ctx))
+}
+
+func hasBody(r *http.Request) bool {
+	return r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0
+}
+
+// bodyFailed answers a request whose body could not be read before admission: the client's
+// doing, counted as its error (no permit was taken, nothing reached the upstream).
+func (h *handler) bodyFailed(w http.ResponseWriter, r *http.Request, problem bodyProblem) {
+	code, outcome, msg := http.StatusBadRequest, metrics.OutcomeClientError, "malformed request body"
+	switch problem {
+	case bodyGone:
+		code, outcome, msg = http.StatusRequestTimeout, metrics.OutcomeCanceled, "request body incomplete"
+	case bodySlow:
+		code, msg = http.StatusRequestTimeout, "request body not sent in time"
+	case bodyTooLarge:
+		code, msg = http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes", h.maxBody)
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Connection", "close") // the rest of the body is not worth reading
+	w.WriteHeader(code)
+	fmt.Fprintf(w, "%d %s: %s\n", code, http.StatusText(code), msg)
+	count := code
+	if outcome == metrics.OutcomeCanceled {
+		count = 499
+	}
+	h.gate.Count(metrics.DoorHTTP, r.Method, r.URL.Path, outcome, count)
 }
 
 // setUpstream puts the configured upstream in force for new requests.
@@ -141,6 +215,9 @@ func (h *handler) newReverseProxy(transport http.RoundTripper) *httputil.Reverse
 				pr.Out.Host = pr.In.Host
 			}
 			if pass := gate.PassFrom(pr.In.Context()); pass != nil {
+				for _, name := range pass.StripHeaders() {
+					pr.Out.Header.Del(name)
+				}
 				now := time.Now()
 				pass.Forwarding(now)
 				if dl := pass.ClientDeadline(); !dl.IsZero() {
@@ -157,9 +234,16 @@ func (h *handler) newReverseProxy(transport http.RoundTripper) *httputil.Reverse
 		},
 		Transport: transport,
 		ModifyResponse: func(res *http.Response) error {
-			if pass := gate.PassFrom(res.Request.Context()); pass != nil {
-				stream := res.StatusCode == http.StatusSwitchingProtocols || isStream(res.Header.Get("Content-Type"))
-				pass.Responded(res.StatusCode, time.Now(), stream)
+			pass := gate.PassFrom(res.Request.Context())
+			if pass == nil {
+				return nil
+			}
+			stream := res.StatusCode == http.StatusSwitchingProtocols || isStream(res.Header.Get("Content-Type"))
+			pass.Responded(res.StatusCode, time.Now(), stream)
+			if !stream && h.respBuffer > 0 && bufferResponse(res, h.respBuffer, h.respBudget) {
+				// The upstream is done: the permit goes back now, not when a slow client has
+				// read the answer.
+				pass.Complete()
 			}
 			return nil
 		},
@@ -179,14 +263,33 @@ func (h *handler) newReverseProxy(transport http.RoundTripper) *httputil.Reverse
 				w.WriteHeader(http.StatusRequestTimeout)
 				return
 			}
+			var bodyErr error
+			if pass != nil {
+				bodyErr = pass.BodyError()
+			}
 			var tooBig *http.MaxBytesError
-			if errors.As(err, &tooBig) {
+			if errors.As(err, &tooBig) || errors.As(bodyErr, &tooBig) {
 				// A streamed (chunked) body outgrew server.maxBodyBytes: the client's fault.
 				fail(metrics.OutcomeClientError, http.StatusRequestEntityTooLarge)
 				w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 				w.Header().Set("Connection", "close")
 				w.WriteHeader(http.StatusRequestEntityTooLarge)
 				fmt.Fprintf(w, "413 Request Entity Too Large: body over %d bytes\n", tooBig.Limit)
+				return
+			}
+			switch classifyBodyError(bodyErr, false) {
+			case bodyMalformed:
+				// The client's body broke its own framing: its error, never the upstream's.
+				fail(metrics.OutcomeClientError, http.StatusBadRequest)
+				w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+				w.Header().Set("Connection", "close")
+				w.WriteHeader(http.StatusBadRequest)
+				io.WriteString(w, "400 Bad Request: malformed request body\n")
+				return
+			case bodySlow, bodyGone:
+				fail(metrics.OutcomeCanceled, 0)
+				w.Header().Set("Connection", "close")
+				w.WriteHeader(http.StatusRequestTimeout)
 				return
 			}
 			code, outcome := http.StatusBadGateway, metrics.OutcomeUpstreamError

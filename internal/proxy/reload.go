@@ -30,7 +30,17 @@ func (s *Server) Reload() error {
 	}
 	s.reloadMu.Lock()
 	defer s.reloadMu.Unlock()
-	data, err := os.ReadFile(s.configPath)
+	data, err := config.ReadFile(s.configPath, s.maxConfigBytes)
+	if err == nil {
+		// One reload per content change: a SIGHUP and the watcher seeing the same file, or a
+		// second SIGHUP, change nothing and count nothing; the verdict on that content stands.
+		switch {
+		case bytes.Equal(data, s.lastConfig):
+			return nil
+		case s.lastRejected != nil && bytes.Equal(data, s.lastRejected):
+			return s.lastRejectedErr
+		}
+	}
 	if err == nil {
 		err = s.apply(data)
 	}
@@ -38,7 +48,7 @@ func (s *Server) Reload() error {
 		s.gate.Metrics().Reloads.WithLabelValues("failure").Inc()
 		s.gate.Metrics().ReloadOK.Set(0)
 		s.log.Error("configuration reload rejected; the running configuration stays", "file", s.configPath, "err", err)
-		s.lastRejected = data
+		s.lastRejected, s.lastRejectedErr = data, err
 		return err
 	}
 	s.lastConfig = data
@@ -89,17 +99,11 @@ func (s *Server) watch(ctx context.Context) {
 		case <-hup:
 			s.Reload()
 		case <-tick:
-			data, err := os.ReadFile(s.configPath)
-			if err != nil {
+			if _, err := os.Stat(s.configPath); err != nil {
 				// Mid-swap or briefly absent: try again at the next tick.
 				continue
 			}
-			s.reloadMu.Lock()
-			changed := !bytes.Equal(data, s.lastConfig) && !bytes.Equal(data, s.lastRejected)
-			s.reloadMu.Unlock()
-			if changed {
-				s.Reload()
-			}
+			s.Reload() // does nothing unless the content changed
 		}
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +32,8 @@ type Options struct {
 	ConfigPath string
 	// Overrides re-applies command-line overrides to a reloaded configuration.
 	Overrides func(*config.Config)
+	// MaxConfigBytes caps the configuration file read on a reload (default config.MaxFileBytes).
+	MaxConfigBytes int64
 }
 
 // Server is a running proxy.
@@ -45,20 +46,27 @@ type Server struct {
 
 	data, admin     *http.Server
 	dataLn, adminLn net.Listener
+	conns           *connTracker
 	transport       *http.Transport
 
-	configPath   string
-	overrides    func(*config.Config)
-	reloadMu     sync.Mutex
-	lastConfig   []byte // the file content running now
-	lastRejected []byte // the last content that failed to load, not retried until it changes
+	configPath      string
+	overrides       func(*config.Config)
+	maxConfigBytes  int64
+	reloadMu        sync.Mutex
+	lastConfig      []byte // the file content running now
+	lastRejected    []byte // the last content that failed to load, not retried until it changes
+	lastRejectedErr error  // why it failed
 }
 
 // New builds a proxy for cfg (which must be valid) without listening yet.
 func New(cfg *config.Config, opts Options) (*Server, error) {
-	s := &Server{reg: opts.Registry, log: opts.Logger, configPath: opts.ConfigPath, overrides: opts.Overrides}
+	s := &Server{reg: opts.Registry, log: opts.Logger, configPath: opts.ConfigPath, overrides: opts.Overrides,
+		maxConfigBytes: opts.MaxConfigBytes}
+	if s.maxConfigBytes <= 0 {
+		s.maxConfigBytes = config.MaxFileBytes
+	}
 	if s.configPath != "" {
-		s.lastConfig, _ = os.ReadFile(s.configPath)
+		s.lastConfig, _ = config.ReadFile(s.configPath, s.maxConfigBytes)
 	}
 	if s.reg == nil {
 		s.reg = prometheus.NewRegistry()
@@ -71,7 +79,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.gate = g
-	s.h = &handler{gate: g, log: s.log, maxBody: cfg.Server.MaxBodyBytes}
+	s.h = newHandler(g, cfg, s.log)
 	if err := s.h.setUpstream(cfg.Upstream); err != nil {
 		return nil, err
 	}
@@ -107,9 +115,12 @@ func (s *Server) AdminHandler() http.Handler {
 func (s *Server) Listen() error {
 	cfg := s.gate.Config()
 	var err error
-	if s.dataLn, err = net.Listen("tcp", cfg.Listen); err != nil {
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
+	s.conns = newConnTracker(cfg.Server.MaxConnections, cfg.Server.MaxConnectionsPerSource)
+	s.dataLn = s.conns.listener(ln)
 	if s.adminLn, err = net.Listen("tcp", cfg.AdminListen); err != nil {
 		s.dataLn.Close()
 		return fmt.Errorf("adminListen: %w", err)
@@ -139,6 +150,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		ReadTimeout:       cfg.Server.ReadTimeout.D(),
 		IdleTimeout:       cfg.Server.IdleTimeout.D(),
 		MaxHeaderBytes:    cfg.Server.MaxHeaderBytes,
+		ConnState:         s.conns.connState,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 	s.admin = &http.Server{
@@ -180,10 +192,27 @@ func (s *Server) shutdown() error {
 	s.draining.Store(true)
 	s.gate.Metrics().Draining.Set(1)
 	// Answers from now on say "Connection: close", so clients move to other pods while the
-	// endpoints update instead of reusing a connection that will close.
-	s.data.SetKeepAlivesEnabled(false)
-	s.log.Info("draining: readiness off, still serving", "drainDelay", cfg.Shutdown.DrainDelay.D())
-	time.Sleep(cfg.Shutdown.DrainDelay.D())
+	// endpoints update instead of reusing a connection that will close. Idle keep-alive
+	// connections are not cut at once (a client may be sending on one right now): each is closed
+	// once it has stayed quiet for a moment, so none is left idle when the listener closes.
+	s.h.draining.Store(true)
+	drain := cfg.Shutdown.DrainDelay.D()
+	s.log.Info("draining: readiness off, still serving", "drainDelay", drain)
+	if drain > 0 {
+		quiet := min(drain/4, 500*time.Millisecond)
+		tick := time.NewTicker(max(quiet/2, 10*time.Millisecond))
+		end := time.NewTimer(drain)
+	wait:
+		for {
+			select {
+			case <-tick.C:
+				s.conns.closeIdle(quiet)
+			case <-end.C:
+				break wait
+			}
+		}
+		tick.Stop()
+	}
 
 	grace := cfg.Shutdown.GracePeriod.D()
 	s.log.Info("closing the data listener; finishing in-flight and queued requests", "gracePeriod", grace)

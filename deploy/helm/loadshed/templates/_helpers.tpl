@@ -184,7 +184,13 @@ strategy's block is written.
   "shutdown" (deepCopy $p.shutdown)
   "server" (deepCopy $p.server)
   "statusCodes" (deepCopy $p.statusCodes)
+  "headers" (deepCopy $p.headers)
   "admission" $admission }}
+{{- $trust := dict "sources" $p.trust.sources "forwardAdmissionHeaders" $p.trust.forwardAdmissionHeaders }}
+{{- with $p.trust.identity }}
+{{- $_ := set $trust "identity" (deepCopy .) }}
+{{- end }}
+{{- $_ := set $cfg "trust" $trust }}
 {{- $cfg = mustMergeOverwrite $cfg (deepCopy $p.extraConfig) }}
 {{- toYaml $cfg }}
 {{- end }}
