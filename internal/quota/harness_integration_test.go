@@ -25,7 +25,7 @@ import (
 // redisServer is Debian's redis-server on a free loopback port, started, killed and restarted
 // by the test.
 type redisServer struct {
-	t    *testing.T
+	t    testing.TB
 	port int
 	dir  string
 	spec redisSpec
@@ -44,11 +44,11 @@ type redisSpec struct {
 }
 
 // startRedis starts a default redis-server with extra flags.
-func startRedis(t *testing.T, extra ...string) *redisServer {
+func startRedis(t testing.TB, extra ...string) *redisServer {
 	return startRedisSpec(t, redisSpec{extra: extra})
 }
 
-func startRedisSpec(t *testing.T, spec redisSpec) *redisServer {
+func startRedisSpec(t testing.TB, spec redisSpec) *redisServer {
 	t.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Fatal("redis-server not found: install Debian's redis-server package (CI does, in .ci/run)")
@@ -138,7 +138,7 @@ func (r *redisServer) clients(t *testing.T) int {
 	return strings.Count(strings.TrimSpace(list), "\n") // one line per client, ours included
 }
 
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -86,7 +86,7 @@ func (l *Shared) Check(ctx context.Context, now time.Time, key string, cost int6
 		return nil
 	}
 	s := l.s
-	if !s.br.calls() || l.closed.Load() {
+	if !s.br.calls() || l.closed.Load() || s.done.Load() {
 		return l.checkLocally(now, key, cost)
 	}
 	n := min(max(cost, 1), l.burst)

@@ -31,7 +31,12 @@ func newReplicas(t *testing.T, n int, cfg RedisConfig, q Quota, tune func(*optio
 	for i := range n {
 		reg := prometheus.NewRegistry()
 		var s *Store
-		m := metrics.NewQuota(reg, func() (metrics.QuotaState, bool) { return s.State(), s != nil })
+		m := metrics.NewQuota(reg, func() (metrics.QuotaState, bool) {
+			if s == nil {
+				return metrics.QuotaState{}, false
+			}
+			return s.State()
+		})
 		opts := []Option{WithMetrics(m), WithReplicaID(fmt.Sprintf("replica-%d", i))}
 		if tune != nil {
 			opts = append(opts, func(o *options) { tune(o) })

@@ -91,6 +91,7 @@ type Store struct {
 	set   string
 
 	replicas atomic.Int64 // last count read from the store; 0: never read
+	done     atomic.Bool  // closed: limiters decide locally
 
 	mu     sync.Mutex // guards timer and closed
 	timer  admission.Timer
@@ -257,9 +258,10 @@ func (s *Store) Replicas() int64 { return max(s.replicas.Load(), 1) }
 // Fallback reports whether requests are decided locally (the breaker is not closed).
 func (s *Store) Fallback() bool { return !s.br.calls() }
 
-// State is the store's state for the metrics' gauges.
-func (s *Store) State() metrics.QuotaState {
-	return metrics.QuotaState{Breaker: s.br.current().String(), Replicas: float64(s.Replicas())}
+// State is the store's state for the metrics' gauges (see metrics.NewQuota); false once the
+// store is closed.
+func (s *Store) State() (metrics.QuotaState, bool) {
+	return metrics.QuotaState{Breaker: s.br.current().String(), Replicas: float64(s.Replicas())}, !s.done.Load()
 }
 
 // Close stops the background step, takes this replica out of the heartbeat set (so the others
@@ -272,6 +274,7 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.closed = true
+	s.done.Store(true)
 	if s.timer != nil {
 		s.timer.Stop()
 	}
@@ -283,7 +286,6 @@ func (s *Store) Close() error {
 		_ = s.be.leave(ctx, s.set, s.id) // best effort: the registration expires anyway
 		cancel()
 	}
-	s.br.state.Store(int32(open)) // nothing calls the closed client any more
 	return s.be.close()
 }
 
@@ -394,4 +396,15 @@ func errorKind(err error) string {
 		return "connection"
 	}
 	return "other"
+}
+
+// SetClientLogger sends the Redis client library's own log lines (failed dials, Sentinel
+// switches) to l at level Warn instead of the standard error. The library has one logger per
+// process, so this is for main to call once.
+func SetClientLogger(l *slog.Logger) { redis.SetLogger(clientLogger{l}) }
+
+type clientLogger struct{ l *slog.Logger }
+
+func (c clientLogger) Printf(ctx context.Context, format string, v ...any) {
+	c.l.WarnContext(ctx, "redis client: "+fmt.Sprintf(format, v...))
 }

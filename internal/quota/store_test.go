@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"strings"
 	"syscall"
@@ -40,7 +41,7 @@ func newFixture(t *testing.T) *fixture {
 		if f.store == nil {
 			return metrics.QuotaState{}, false
 		}
-		return f.store.State(), true
+		return f.store.State()
 	})
 	o := options{clock: c, metrics: m, replicaID: "pod-a", timing: defaultTiming}
 	f.store = newStore(RedisConfig{Addr: "127.0.0.1:1"}.withDefaults(), be, o)
@@ -195,8 +196,8 @@ func TestBreakerStopsCallsAndProbes(t *testing.T) {
 	if takes != defaultTiming.threshold {
 		t.Fatalf("%d store calls before the breaker opened, want the threshold %d", takes, defaultTiming.threshold)
 	}
-	if got := f.store.State().Breaker; got != metrics.BreakerOpen {
-		t.Fatalf("breaker %s, want open", got)
+	if st, _ := f.store.State(); st.Breaker != metrics.BreakerOpen {
+		t.Fatalf("breaker %s, want open", st.Breaker)
 	}
 	// Probes back off: 100 ms after the opening, then 200, 400, 800, 1000, 1000 ms apart.
 	var at []time.Duration
@@ -289,6 +290,9 @@ func TestStoreCloseLeavesAndStops(t *testing.T) {
 	}
 	if f.clock.Pending() != 0 {
 		t.Fatalf("%d timers armed after Close", f.clock.Pending())
+	}
+	if _, ok := f.store.State(); ok {
+		t.Fatal("a closed store still reports its state to the metrics")
 	}
 	f.be.mu.Lock()
 	left, closed := f.be.left, f.be.closed
@@ -392,3 +396,11 @@ type timeoutErr struct{}
 func (timeoutErr) Error() string   { return "i/o timeout" }
 func (timeoutErr) Timeout() bool   { return true }
 func (timeoutErr) Temporary() bool { return true }
+
+func TestClientLoggerWrites(t *testing.T) {
+	var b strings.Builder
+	clientLogger{slog.New(slog.NewTextHandler(&b, nil))}.Printf(context.Background(), "dial %s failed", "x:1")
+	if !strings.Contains(b.String(), "redis client: dial x:1 failed") || !strings.Contains(b.String(), "level=WARN") {
+		t.Fatalf("logged %q", b.String())
+	}
+}
