@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/loadshed/loadshed/pkg/admission"
+	"github.com/loadshed/loadshed/pkg/admission/field"
 )
 
 // Defaults of RedisConfig.
@@ -64,50 +65,6 @@ type TLSConfig struct {
 	ServerName string
 }
 
-// Problem is one problem with one field. Field uses the configuration file's spelling
-// ("addr", "tls.certFile", "limits: rate", ...).
-type Problem struct {
-	Field   string
-	Message string
-}
-
-func (p Problem) String() string { return p.Field + ": " + p.Message }
-
-// ConfigError lists every problem found in a quota configuration.
-type ConfigError struct {
-	Problems []Problem
-}
-
-func (e *ConfigError) Error() string {
-	s := "invalid quota store config: " + e.Problems[0].String()
-	for _, p := range e.Problems[1:] {
-		s += "; " + p.String()
-	}
-	return s
-}
-
-// Fields returns the field of every problem, in order.
-func (e *ConfigError) Fields() []string {
-	out := make([]string, len(e.Problems))
-	for i, p := range e.Problems {
-		out[i] = p.Field
-	}
-	return out
-}
-
-type problems []Problem
-
-func (ps *problems) add(field, format string, args ...any) {
-	*ps = append(*ps, Problem{Field: field, Message: fmt.Sprintf(format, args...)})
-}
-
-func (ps problems) err() error {
-	if len(ps) == 0 {
-		return nil
-	}
-	return &ConfigError{Problems: ps}
-}
-
 // withDefaults returns c with zero values replaced by the defaults.
 func (c RedisConfig) withDefaults() RedisConfig {
 	if c.Timeout == 0 {
@@ -122,63 +79,64 @@ func (c RedisConfig) withDefaults() RedisConfig {
 	return c
 }
 
-// Validate reports every problem with the configuration (after defaults) as a *ConfigError.
+// Validate reports every problem with the configuration (after defaults) as a *field.Errors;
+// fields are named as in the configuration file ("addr", "tls.certFile", ...).
 func (c RedisConfig) Validate() error {
 	c = c.withDefaults()
-	var errs problems
+	var errs field.Errors
 	switch {
 	case c.Addr == "" && len(c.Addrs) == 0:
-		errs.add("addr", "one of addr (a single node) and addrs (Cluster, or Sentinels with masterName) is required")
+		errs.Add("addr", "one of addr (a single node) and addrs (Cluster, or Sentinels with masterName) is required")
 	case c.Addr != "" && len(c.Addrs) > 0:
-		errs.add("addrs", "give addr (a single node) or addrs (Cluster, or Sentinels with masterName), not both")
+		errs.Add("addrs", "give addr (a single node) or addrs (Cluster, or Sentinels with masterName), not both")
 	}
 	if c.Addr != "" {
 		checkAddr(&errs, "addr", c.Addr)
 		if c.MasterName != "" {
-			errs.add("masterName", "Sentinel needs the Sentinels' addresses in addrs, not addr")
+			errs.Add("masterName", "Sentinel needs the Sentinels' addresses in addrs, not addr")
 		}
 	}
 	for i, a := range c.Addrs {
 		checkAddr(&errs, fmt.Sprintf("addrs[%d]", i), a)
 	}
 	if c.MasterName != "" && strings.TrimSpace(c.MasterName) != c.MasterName {
-		errs.add("masterName", "has leading or trailing spaces: %q", c.MasterName)
+		errs.Add("masterName", "has leading or trailing spaces: %q", c.MasterName)
 	}
 	cluster := c.Addr == "" && len(c.Addrs) > 0 && c.MasterName == ""
 	switch {
 	case c.DB < 0 || c.DB > 15:
 		// Redis' default is 16 databases; a larger server setting is rare enough to refuse.
-		errs.add("db", "must be from 0 to 15, got %d", c.DB)
+		errs.Add("db", "must be from 0 to 15, got %d", c.DB)
 	case cluster && c.DB != 0:
-		errs.add("db", "Redis Cluster has only database 0, got %d", c.DB)
+		errs.Add("db", "Redis Cluster has only database 0, got %d", c.DB)
 	}
 	if c.PasswordFile != "" && c.PasswordEnv != "" {
-		errs.add("passwordFile", "give passwordFile or passwordEnv, not both")
+		errs.Add("passwordFile", "give passwordFile or passwordEnv, not both")
 	}
 	if c.PasswordEnv != "" && !validEnvName(c.PasswordEnv) {
-		errs.add("passwordEnv", "%q is not an environment variable name", c.PasswordEnv)
+		errs.Add("passwordEnv", "%q is not an environment variable name", c.PasswordEnv)
 	}
 	if t := c.TLS; t != nil {
 		if (t.CertFile == "") != (t.KeyFile == "") {
-			errs.add("tls.certFile", "certFile and keyFile go together (a client certificate and its key)")
+			errs.Add("tls.certFile", "certFile and keyFile go together (a client certificate and its key)")
 		}
 	}
 	if c.Timeout < 0 || c.Timeout > maxTimeout {
-		errs.add("timeout", "must be positive and at most %s, got %s", maxTimeout, c.Timeout)
+		errs.Add("timeout", "must be positive and at most %s, got %s", maxTimeout, c.Timeout)
 	}
 	if len(c.KeyPrefix) > maxKeyPrefixLen || strings.ContainsFunc(c.KeyPrefix, notKeyRune) {
-		errs.add("keyPrefix", "must be at most %d printable characters without spaces, got %q", maxKeyPrefixLen, c.KeyPrefix)
+		errs.Add("keyPrefix", "must be at most %d printable characters without spaces, got %q", maxKeyPrefixLen, c.KeyPrefix)
 	}
 	if c.PoolSize < 0 || c.PoolSize > maxPoolSize {
-		errs.add("poolSize", "must be from 1 to %d, got %d", maxPoolSize, c.PoolSize)
+		errs.Add("poolSize", "must be from 1 to %d, got %d", maxPoolSize, c.PoolSize)
 	}
-	return errs.err()
+	return errs.Err()
 }
 
-func checkAddr(errs *problems, field, addr string) {
+func checkAddr(errs *field.Errors, name, addr string) {
 	i := strings.LastIndexByte(addr, ':')
 	if i <= 0 || i == len(addr)-1 || strings.ContainsFunc(addr, notKeyRune) {
-		errs.add(field, "must be host:port, got %q", addr)
+		errs.Add(name, "must be host:port, got %q", addr)
 	}
 }
 
@@ -205,21 +163,13 @@ type Quota struct {
 	Limits admission.ClientLimitsConfig
 }
 
-// Validate reports every problem with the quota as a *ConfigError.
+// Validate reports every problem with the quota as a *field.Errors: "name", and the limits'
+// own fields ("rate", "burst", ...) unprefixed, as they sit in the clients block.
 func (q Quota) Validate() error {
-	var errs problems
+	var errs field.Errors
 	if q.Name == "" || len(q.Name) > maxQuotaNameLen || strings.ContainsFunc(q.Name, notKeyRune) || strings.Contains(q.Name, ":") {
-		errs.add("name", "must be 1 to %d printable characters without spaces or ':', got %q", maxQuotaNameLen, q.Name)
+		errs.Add("name", "must be 1 to %d printable characters without spaces or ':', got %q", maxQuotaNameLen, q.Name)
 	}
-	if err := q.Limits.Validate(); err != nil {
-		if ce, ok := err.(*admission.ConfigError); ok {
-			for _, p := range ce.Problems {
-				field, msg, _ := strings.Cut(p, ": ")
-				errs.add(field, "%s", msg)
-			}
-		} else {
-			errs.add("limits", "%v", err)
-		}
-	}
-	return errs.err()
+	errs.Nest("", q.Limits.Validate())
+	return errs.Err()
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/loadshed/loadshed/pkg/admission"
+	"github.com/loadshed/loadshed/pkg/admission/field"
 )
 
 func TestRedisConfigValidate(t *testing.T) {
@@ -47,9 +48,9 @@ func TestRedisConfigValidate(t *testing.T) {
 				}
 				return
 			}
-			var ce *ConfigError
+			var ce *field.Errors
 			if !errors.As(err, &ce) {
-				t.Fatalf("error %v, want a *ConfigError", err)
+				t.Fatalf("error %v, want a *field.Errors", err)
 			}
 			if !slices.Equal(ce.Fields(), c.want) {
 				t.Fatalf("fields %v, want %v (%v)", ce.Fields(), c.want, err)
@@ -77,7 +78,7 @@ func TestQuotaValidate(t *testing.T) {
 		{Quota{Name: strings.Repeat("n", 65), Limits: ok}, []string{"name"}},
 		{Quota{Name: "x", Limits: admission.ClientLimitsConfig{Rate: -1, Burst: 0, MaxKeys: 1}}, []string{"rate", "burst"}},
 	} {
-		var ce *ConfigError
+		var ce *field.Errors
 		if err := c.q.Validate(); !errors.As(err, &ce) || !slices.Equal(ce.Fields(), c.want) {
 			t.Errorf("%+v: %v, want fields %v", c.q, err, c.want)
 		}
@@ -153,7 +154,7 @@ func TestClientOptionsSecrets(t *testing.T) {
 		{RedisConfig{Addr: "a:1", TLS: &TLSConfig{CertFile: pw, KeyFile: pw}}, "tls.certFile"},
 	} {
 		_, err := NewStore(c.cfg)
-		var ce *ConfigError
+		var ce *field.Errors
 		if !errors.As(err, &ce) || !slices.Equal(ce.Fields(), []string{c.want}) {
 			t.Errorf("%+v: %v, want a problem with %s", c.cfg, err, c.want)
 		}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/loadshed/loadshed/internal/metrics"
 	"github.com/loadshed/loadshed/pkg/admission"
+	"github.com/loadshed/loadshed/pkg/admission/field"
 )
 
 // timing holds the store's background intervals and breaker settings.
@@ -118,7 +119,9 @@ func NewStore(cfg RedisConfig, opts ...Option) (*Store, error) {
 		o.replicaID = defaultReplicaID()
 	}
 	if len(o.replicaID) > maxReplicaIDLen {
-		return nil, &ConfigError{Problems: []Problem{{"replicaID", fmt.Sprintf("must be at most %d bytes", maxReplicaIDLen)}}}
+		var errs field.Errors
+		errs.Add("replicaID", "must be at most %d bytes, got %d", maxReplicaIDLen, len(o.replicaID))
+		return nil, errs.Err()
 	}
 	uo, err := clientOptions(cfg)
 	if err != nil {
@@ -154,7 +157,7 @@ func newStore(cfg RedisConfig, be backend, o options) *Store {
 // read timeout, a pool wait of read timeout + 1 s, context deadlines ignored, three retries
 // and five dial attempts.
 func clientOptions(cfg RedisConfig) (*redis.UniversalOptions, error) {
-	var errs problems
+	var errs field.Errors
 	uo := &redis.UniversalOptions{
 		Addrs:                 cfg.Addrs,
 		MasterName:            cfg.MasterName,
@@ -184,7 +187,7 @@ func clientOptions(cfg RedisConfig) (*redis.UniversalOptions, error) {
 	switch {
 	case cfg.PasswordFile != "":
 		if _, err := readPassword(cfg.PasswordFile); err != nil {
-			errs.add("passwordFile", "%v", err)
+			errs.Add("passwordFile", "%v", err)
 		}
 		file, user := cfg.PasswordFile, cfg.Username
 		uo.CredentialsProviderContext = func(context.Context) (string, string, error) {
@@ -194,16 +197,14 @@ func clientOptions(cfg RedisConfig) (*redis.UniversalOptions, error) {
 	case cfg.PasswordEnv != "":
 		p, ok := os.LookupEnv(cfg.PasswordEnv)
 		if !ok || p == "" {
-			errs.add("passwordEnv", "environment variable %s is not set or empty", cfg.PasswordEnv)
+			errs.Add("passwordEnv", "environment variable %s is not set or empty", cfg.PasswordEnv)
 		}
 		uo.Password = p
 	}
 	if cfg.TLS != nil {
-		tc, tlsErrs := tlsConfig(*cfg.TLS)
-		errs = append(errs, tlsErrs...)
-		uo.TLSConfig = tc
+		uo.TLSConfig = tlsConfig(*cfg.TLS, &errs)
 	}
-	if err := errs.err(); err != nil {
+	if err := errs.Err(); err != nil {
 		return nil, err
 	}
 	return uo, nil
@@ -217,29 +218,28 @@ func readPassword(file string) (string, error) {
 	return strings.TrimRight(string(b), "\r\n"), nil
 }
 
-func tlsConfig(c TLSConfig) (*tls.Config, problems) {
-	var errs problems
+func tlsConfig(c TLSConfig, errs *field.Errors) *tls.Config {
 	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.ServerName}
 	if c.CAFile != "" {
 		pem, err := os.ReadFile(c.CAFile)
 		if err != nil {
-			errs.add("tls.caFile", "%v", err)
+			errs.Add("tls.caFile", "%v", err)
 		} else {
 			tc.RootCAs = x509.NewCertPool()
 			if !tc.RootCAs.AppendCertsFromPEM(pem) {
-				errs.add("tls.caFile", "%s holds no PEM certificate", c.CAFile)
+				errs.Add("tls.caFile", "%s holds no PEM certificate", c.CAFile)
 			}
 		}
 	}
 	if c.CertFile != "" && c.KeyFile != "" {
 		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
 		if err != nil {
-			errs.add("tls.certFile", "%v", err)
+			errs.Add("tls.certFile", "%v", err)
 		} else {
 			tc.Certificates = []tls.Certificate{cert}
 		}
 	}
-	return tc, errs
+	return tc
 }
 
 func defaultReplicaID() string {
