@@ -12,7 +12,8 @@ import (
 )
 
 // waitSlack is what a Check may take beyond the store timeout: the scheduler waking the
-// caller after its deadline on a busy machine. The store itself adds nothing beyond the timeout.
+// caller after its deadline on a busy machine (longer stalls of the whole process are measured
+// and excused separately, see checkAddedWait). The store itself adds nothing beyond the timeout.
 const waitSlack = 10 * time.Millisecond
 
 // fallbackWatch records, for each store, when it last switched to and from the fallback.
@@ -126,6 +127,7 @@ func TestStoreAwayIsInvisible(t *testing.T) {
 
 			rs := newReplicas(t, n, cfg, testQuota(), nil)
 			rs.waitCounted(t, n)
+			mon := startStallMonitor()
 			start := time.Now()
 			w := watchFallback(rs.stores, start, disruptFrom, disruptTo)
 			var calls []call
@@ -140,15 +142,13 @@ func TestStoreAwayIsInvisible(t *testing.T) {
 			d.end(t, r, p)
 			<-loadDone
 			w.end()
+			mon.end()
 
 			// No added wait beyond the store timeout, whatever the store did.
 			all := tookLatencies(calls, 0, runFor)
 			during := tookLatencies(calls, disruptFrom, disruptTo+2*time.Second)
-			worst, _ := all.quantile(1)
 			t.Logf("FIGURE %s: Check duration whole run %s; disruption and recovery %s (timeout %v)", d.name, all, during, cfg.Timeout)
-			if worst > cfg.Timeout+waitSlack {
-				t.Errorf("a Check took %v, more than the store timeout %v (+%v scheduling slack)", worst, cfg.Timeout, waitSlack)
-			}
+			checkAddedWait(t, d.name, timed(calls), cfg.Timeout, mon)
 			checkRefusals(t, calls, time.Second)
 
 			// Each replica falls back within a second, and returns to the store within seconds.

@@ -78,6 +78,7 @@ func (rs *replicas) waitCounted(t *testing.T, n int64) {
 // call is one Check as the load saw it.
 type call struct {
 	at      time.Duration // scheduled, from the start of the run
+	start   time.Time     // when the Check began
 	took    time.Duration // the whole Check
 	replica int
 	key     string
@@ -109,7 +110,7 @@ func offer(lims []*Shared, rates map[string]float64, d time.Duration) []call {
 					rep := rng.IntN(len(lims))
 					t0 := time.Now()
 					r := lims[rep].Check(context.Background(), t0, key, 1)
-					c := call{at: at, took: time.Since(t0), replica: rep, key: key, r: r}
+					c := call{at: at, start: t0, took: time.Since(t0), replica: rep, key: key, r: r}
 					mu.Lock()
 					calls = append(calls, c)
 					mu.Unlock()
@@ -145,6 +146,14 @@ func checkRefusals(t *testing.T, calls []call, maxRetry time.Duration) {
 	}
 }
 
+func timed(calls []call) []timedCall {
+	out := make([]timedCall, len(calls))
+	for i, c := range calls {
+		out[i] = timedCall{c.start, c.took}
+	}
+	return out
+}
+
 func tookLatencies(calls []call, from, to time.Duration) *latencies {
 	l := &latencies{}
 	for _, c := range calls {
@@ -174,6 +183,7 @@ func TestSharedQuotaHoldsAcrossReplicas(t *testing.T) {
 		t.Run(fmt.Sprintf("%d replicas", n), func(t *testing.T) {
 			rs := newReplicas(t, n, RedisConfig{Addr: r.addr(), KeyPrefix: fmt.Sprintf("t%d:", n)}, testQuota(), nil)
 			rs.waitCounted(t, int64(n))
+			mon := startStallMonitor()
 			calls := offer(rs.lims, map[string]float64{"hot": 3 * quotaRate, "calm": 0.4 * quotaRate}, 11*time.Second)
 			got := admittedIn(calls, "hot", time.Second, 11*time.Second)
 			want := quotaRate * 10
@@ -198,6 +208,8 @@ func TestSharedQuotaHoldsAcrossReplicas(t *testing.T) {
 			if p99 > 5*time.Millisecond {
 				t.Errorf("store p99 %v on loopback", p99)
 			}
+			mon.end()
+			checkAddedWait(t, fmt.Sprintf("%d replicas", n), timed(calls), DefaultTimeout, mon)
 		})
 	}
 }
