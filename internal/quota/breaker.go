@@ -39,8 +39,8 @@ type breaker struct {
 	maxProbe  time.Duration
 
 	mu       sync.Mutex
-	failures int
-	delay    time.Duration // before the next probe
+	failures atomic.Int32  // consecutive; written under mu, read without it
+	delay    time.Duration // before the next probe; under mu
 }
 
 func newBreaker(threshold int, minProbe, maxProbe time.Duration) *breaker {
@@ -52,10 +52,14 @@ func (b *breaker) current() breakerState { return breakerState(b.state.Load()) }
 // calls reports whether requests may call the store.
 func (b *breaker) calls() bool { return b.current() == closed }
 
-// success records a store call that worked while the breaker was closed.
+// success records a store call that worked while the breaker was closed. The common case, no
+// failure to forget, takes no lock.
 func (b *breaker) success() {
+	if b.failures.Load() == 0 {
+		return
+	}
 	b.mu.Lock()
-	b.failures = 0
+	b.failures.Store(0)
 	b.mu.Unlock()
 }
 
@@ -66,8 +70,7 @@ func (b *breaker) failure() bool {
 	if b.current() != closed {
 		return false
 	}
-	b.failures++
-	if b.failures < b.threshold {
+	if int(b.failures.Add(1)) < b.threshold {
 		return false
 	}
 	b.state.Store(int32(open))
@@ -86,7 +89,7 @@ func (b *breaker) probed(ok bool) time.Duration {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if ok {
-		b.failures = 0
+		b.failures.Store(0)
 		b.delay = b.minProbe
 		b.state.Store(int32(closed))
 		return 0

@@ -17,7 +17,7 @@ import (
 	"github.com/loadshed/loadshed/pkg/admission"
 )
 
-// replicaSet is n stores, each with one limiter of the same quota: stand-ins for n proxy
+// replicas is n stores, each with one limiter of the same quota: stand-ins for n proxy
 // replicas sharing one Redis.
 type replicas struct {
 	stores []*Store

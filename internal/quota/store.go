@@ -92,11 +92,10 @@ type Store struct {
 	set   string
 
 	replicas atomic.Int64 // last count read from the store; 0: never read
-	done     atomic.Bool  // closed: limiters decide locally
+	done     atomic.Bool  // closed: limiters decide locally; set under mu
 
-	mu     sync.Mutex // guards timer and closed
-	timer  admission.Timer
-	closed bool
+	mu    sync.Mutex // guards timer
+	timer admission.Timer
 
 	stepMu sync.Mutex // held by the running background step
 
@@ -269,11 +268,10 @@ func (s *Store) State() (metrics.QuotaState, bool) {
 // locally afterwards.
 func (s *Store) Close() error {
 	s.mu.Lock()
-	if s.closed {
+	if s.done.Load() {
 		s.mu.Unlock()
 		return nil
 	}
-	s.closed = true
 	s.done.Store(true)
 	if s.timer != nil {
 		s.timer.Stop()
@@ -293,7 +291,7 @@ func (s *Store) Close() error {
 func (s *Store) arm(d time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
+	if s.done.Load() {
 		return
 	}
 	if s.timer == nil {
@@ -311,10 +309,7 @@ func (s *Store) step() {
 		return
 	}
 	defer s.stepMu.Unlock()
-	s.mu.Lock()
-	closedStore := s.closed
-	s.mu.Unlock()
-	if closedStore {
+	if s.done.Load() {
 		return
 	}
 	probe := s.br.probing()
