@@ -164,7 +164,7 @@ func TestRulesHaveRunbooks(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"LoadshedHighShedRatio", "LoadshedQueueWaitHigh", "LoadshedUpstreamErrors",
-		"LoadshedMetricsAbsent", "LoadshedLimitAtFloor", "LoadshedConfigReloadFailing"} {
+		"LoadshedMetricsAbsent", "LoadshedLimitAtFloor", "LoadshedConfigReloadFailing", "LoadshedQuotaStoreUnavailable"} {
 		if !slices.ContainsFunc(f.Groups[0].Rules, func(r chartgen.Rule) bool { return r.Alert == want }) {
 			t.Errorf("alert %s is missing", want)
 		}
@@ -327,6 +327,8 @@ func TestDashboardExpressions(t *testing.T) {
 		"loadshed_request_duration_seconds_bucket", // latency percentiles
 		"loadshed_queue_depth", "loadshed_queue_wait_seconds_bucket",
 		"loadshed_limit", "loadshed_limit_floor", "loadshed_limit_ceiling",
+		"loadshed_quota_store_latency_seconds_bucket", "loadshed_quota_store_errors_total", // the quota store
+		"loadshed_quota_fallback_active", "loadshed_quota_replicas",
 	} {
 		if !info.metrics[want] {
 			t.Errorf("the dashboard never queries %s", want)

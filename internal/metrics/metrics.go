@@ -182,6 +182,9 @@ func Names() []string {
 	m.QueueWait.WithLabelValues("r", "s")
 	m.UpstreamLatency.WithLabelValues("r")
 	m.RequestDuration.WithLabelValues("r")
+	q := NewQuota(reg, func() (QuotaState, bool) { return QuotaState{Breaker: BreakerClosed, Replicas: 1}, true })
+	q.StoreErrors.WithLabelValues("take", "timeout")
+	q.Decisions.WithLabelValues("q", "store", "allowed")
 	mfs, err := reg.Gather()
 	if err != nil {
 		panic(err) // the metric definitions themselves are broken: a programming error

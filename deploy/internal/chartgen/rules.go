@@ -87,6 +87,7 @@ var RuleParams = []RuleParam{
 	{Alert: "LoadshedMetricsAbsent", Key: "metricsAbsent"},
 	{Alert: "LoadshedLimitAtFloor", Key: "limitAtFloor", Subs: []ExprSub{rateWindow}},
 	{Alert: "LoadshedConfigReloadFailing", Key: "configReloadFailing"},
+	{Alert: "LoadshedQuotaStoreUnavailable", Key: "quotaStoreUnavailable"},
 }
 
 // rateWindow makes the range of every rate() in an alert a chart value.

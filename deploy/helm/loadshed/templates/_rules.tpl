@@ -136,4 +136,26 @@ groups:
             3. Fix the ConfigMap; the sidecar reloads the corrected file on its own.
           summary: "loadshed on {{ "{{" }} $labels.instance {{ "}}" }} rejected its new configuration"
     {{- end }}{{ end }}
+    {{- with $rules.quotaStoreUnavailable }}{{ if .enabled }}
+      - alert: "LoadshedQuotaStoreUnavailable"
+        expr: "max by (namespace, job, instance) (loadshed_quota_fallback_active) == 1\n"
+        for: {{ .for }}
+        labels:
+          severity: {{ .severity | quote }}
+        annotations:
+          description: "The sidecar {{ "{{" }} $labels.namespace {{ "}}" }}/{{ "{{" }} $labels.job {{ "}}" }} {{ "{{" }} $labels.instance {{ "}}" }} has not been able to use the shared quota store (Redis) for the whole alert window. Requests are still served: each per-client quota is enforced locally at rate / replicas, so a client's total holds only while its traffic spreads evenly over the replicas and the replica count is the one last read from the store."
+          runbook: |
+            1. Check Redis itself: is it up, reachable from the pod's namespace, and answering quickly?
+               (redis-cli -h HOST PING; INFO clients; SLOWLOG GET). Restart or fail it over if not.
+            2. Read "Quota store errors by kind" on the dashboard: connection means Redis is down or
+               unreachable, timeout means it answers slower than the store timeout (default 20 ms),
+               reply means it refused the command (authentication, ACL, read-only replica, OOM),
+               pool_timeout means more concurrent checks than the connection pool holds.
+            3. Check the sidecar's quota store settings (clients.store.redis: address, password
+               Secret, TLS files) and its log: the breaker logs when it opens and when the store
+               is back. The sidecar probes the store by itself and resumes within seconds.
+            4. While the alert lasts, "Replicas counted" shows the divisor of the local fallback;
+               scaling the Deployment during the outage is not seen until the store is back.
+          summary: "loadshed on {{ "{{" }} $labels.instance {{ "}}" }} cannot use its quota store"
+    {{- end }}{{ end }}
 {{- end }}
