@@ -41,6 +41,14 @@ type Config struct {
 	// TrustForwardedHeaders keeps incoming X-Forwarded-For/-Proto/-Host (append to them) instead
 	// of replacing them with what the proxy sees. Enable only behind a trusted ingress.
 	TrustForwardedHeaders bool `yaml:"trustForwardedHeaders"`
+	// UpstreamProtocol is how the proxy talks to the upstream: http1, h2c (HTTP/2 without TLS,
+	// prior knowledge) or auto (gRPC calls over h2c, everything else HTTP/1.1).
+	UpstreamProtocol string `yaml:"upstreamProtocol"`
+	// TLS, when set, serves the data port over TLS: HTTP/2 by ALPN and HTTP/1.1. The files are
+	// read again when they change (a rotated Secret), without a restart.
+	TLS *TLS `yaml:"tls"`
+	// GRPC tunes how gRPC calls are admitted and refused.
+	GRPC GRPC `yaml:"grpc"`
 
 	Shutdown    Shutdown    `yaml:"shutdown"`
 	Server      Server      `yaml:"server"`
@@ -54,6 +62,49 @@ type Config struct {
 	Routes  []Route  `yaml:"routes"`
 	Reload  Reload   `yaml:"reload"`
 }
+
+// Upstream protocols.
+const (
+	UpstreamAuto  = "auto"
+	UpstreamHTTP1 = "http1"
+	UpstreamH2C   = "h2c"
+)
+
+// TLS is the data port's certificate.
+type TLS struct {
+	CertFile string `yaml:"certFile"`
+	KeyFile  string `yaml:"keyFile"`
+}
+
+// GRPC tunes gRPC calls (requests with content-type application/grpc or application/grpc+codec;
+// gRPC-Web is plain HTTP here).
+type GRPC struct {
+	// StreamAfter: a call still open after this long is taken for a stream: its latency sample
+	// is dropped and its permit released, so a watch stream cannot hold the limit. Routes with
+	// streaming: true are streams from the start.
+	StreamAfter Duration `yaml:"streamAfter"`
+	// StatusCodes maps each refusal reason to the grpc-status a refused call gets.
+	StatusCodes GRPCCodes `yaml:"statusCodes"`
+}
+
+// GRPCCodes maps each refusal reason to a gRPC status code (1-16).
+type GRPCCodes struct {
+	RateLimited      int `yaml:"rateLimited"`
+	QueueFull        int `yaml:"queueFull"`
+	QueueTimeout     int `yaml:"queueTimeout"`
+	ConcurrencyLimit int `yaml:"concurrencyLimit"`
+	Draining         int `yaml:"draining"`
+	Deadline         int `yaml:"deadline"`
+	ClientLimited    int `yaml:"clientLimited"`
+	Denied           int `yaml:"denied"`
+}
+
+func (c GRPCCodes) fields() []statusField {
+	return StatusCodes(c).fields()
+}
+
+// ByReason returns the gRPC status of every refusal reason.
+func (c GRPCCodes) ByReason() map[admission.Reason]int { return StatusCodes(c).ByReason() }
 
 // Shutdown is what happens after SIGTERM.
 type Shutdown struct {
@@ -99,6 +150,15 @@ type Server struct {
 	// MaxConnectionsPerSource caps the connections of one client address (0: no cap); a new
 	// connection over it is closed at once.
 	MaxConnectionsPerSource int `yaml:"maxConnectionsPerSource"`
+	// HTTP2 bounds what one HTTP/2 connection may ask for; its header list is bounded by
+	// maxHeaderBytes and its idle time by idleTimeout, as for HTTP/1.1.
+	HTTP2 HTTP2 `yaml:"http2"`
+}
+
+// HTTP2 are the data port's HTTP/2 limits.
+type HTTP2 struct {
+	// MaxConcurrentStreams is how many requests one connection may have open at once.
+	MaxConcurrentStreams int `yaml:"maxConcurrentStreams"`
 }
 
 // StatusCodes maps each refusal reason to the HTTP status the client gets.
@@ -147,10 +207,18 @@ func (c StatusCodes) ByReason() map[admission.Reason]int {
 // Default returns the configuration used for every field the file leaves out.
 func Default() Config {
 	return Config{
-		Listen:          ":8000",
-		AdminListen:     ":9901",
-		UpstreamTimeout: Duration(30 * time.Second),
-		PreserveHost:    true,
+		Listen:           ":8000",
+		AdminListen:      ":9901",
+		UpstreamTimeout:  Duration(30 * time.Second),
+		PreserveHost:     true,
+		UpstreamProtocol: UpstreamAuto,
+		GRPC: GRPC{
+			StreamAfter: Duration(10 * time.Second),
+			// UNAVAILABLE (14) for what is busy, RESOURCE_EXHAUSTED (8) for a rate, DEADLINE_EXCEEDED
+			// (4) and PERMISSION_DENIED (7): gRPC clients retry UNAVAILABLE by policy.
+			StatusCodes: GRPCCodes{RateLimited: 8, QueueFull: 14, QueueTimeout: 14, ConcurrencyLimit: 14,
+				Draining: 14, Deadline: 4, ClientLimited: 8, Denied: 7},
+		},
 		Shutdown: Shutdown{
 			DrainDelay:  Duration(5 * time.Second),
 			GracePeriod: Duration(20 * time.Second),
@@ -167,6 +235,7 @@ func Default() Config {
 			ResponseBufferBudget: 32 << 20,
 			WriteIdleTimeout:     Duration(10 * time.Second),
 			MaxConnections:       1024,
+			HTTP2:                HTTP2{MaxConcurrentStreams: 250},
 		},
 		StatusCodes: StatusCodes{
 			RateLimited: 429, QueueFull: 503, QueueTimeout: 503, ConcurrencyLimit: 503,
@@ -360,6 +429,32 @@ func (c *Config) Validate(errs *Problems) {
 		errs.add("server.maxConnectionsPerSource", "must not be negative (0 means no cap), got %d", c.Server.MaxConnectionsPerSource)
 	}
 	c.Trust.validate(errs)
+	if c.Server.HTTP2.MaxConcurrentStreams < 1 {
+		errs.add("server.http2.maxConcurrentStreams", "must be at least 1, got %d", c.Server.HTTP2.MaxConcurrentStreams)
+	}
+	switch c.UpstreamProtocol {
+	case UpstreamAuto, UpstreamHTTP1:
+	case UpstreamH2C:
+		if strings.HasPrefix(c.Upstream, "https:") {
+			errs.add("upstreamProtocol", "h2c is cleartext HTTP/2; an https upstream negotiates HTTP/2 itself (use auto)")
+		}
+	default:
+		errs.add("upstreamProtocol", "must be auto, http1 or h2c, got %q", c.UpstreamProtocol)
+	}
+	if c.TLS != nil {
+		if c.TLS.CertFile == "" {
+			errs.add("tls.certFile", "required with tls: the certificate (PEM) file")
+		}
+		if c.TLS.KeyFile == "" {
+			errs.add("tls.keyFile", "required with tls: the private key (PEM) file")
+		}
+	}
+	positive(errs, "grpc.streamAfter", c.GRPC.StreamAfter)
+	for _, f := range c.GRPC.StatusCodes.fields() {
+		if f.code < 1 || f.code > 16 {
+			errs.add("grpc.statusCodes."+f.name, "must be a gRPC status code from 1 to 16 (UNAVAILABLE is 14), got %d", f.code)
+		}
+	}
 	for _, f := range c.StatusCodes.fields() {
 		if f.code < 400 || f.code > 599 {
 			errs.add("statusCodes."+f.name, "must be an HTTP error status (400-599), got %d", f.code)
