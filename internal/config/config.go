@@ -304,24 +304,8 @@ func Parse(data []byte) (*Config, error) { return ParseWith(data, nil) }
 func ParseWith(data []byte, adjust func(*Config)) (*Config, error) {
 	c := Default()
 	var errs Problems
-	if n := entries(data); n > maxEntries {
-		errs.add("", "%d lines and items; a configuration has at most %d", n, maxEntries)
-		return nil, &errs
-	}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var doc yaml.Node
-	switch err := dec.Decode(&doc); {
-	case errors.Is(err, io.EOF):
-		// An empty file: defaults only (validation reports what is missing).
-	case err != nil:
-		errs.add("", "not valid YAML: %v", err)
-		return nil, &errs
-	default:
-		strictDecode(&doc, &c, &errs)
-		var extra yaml.Node
-		if dec.Decode(&extra) == nil {
-			errs.add("", "the file holds more than one YAML document")
-		}
+	if doc := readDocument(data, "", "a configuration", &errs); doc != nil {
+		strictDecode(doc, &c, &errs)
 	}
 	if len(errs.List) == 0 {
 		if adjust != nil {
@@ -335,6 +319,30 @@ func ParseWith(data []byte, adjust func(*Config)) (*Config, error) {
 	return &c, nil
 }
 
+// readDocument decodes the one YAML document data holds, within the size limit. It returns nil
+// for empty input and after a problem, which it reports under path.
+func readDocument(data []byte, path, what string, errs *Problems) *yaml.Node {
+	if n := entries(data); n > maxEntries {
+		errs.add(path, "%d lines and items; %s has at most %d", n, what, maxEntries)
+		return nil
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	switch err := dec.Decode(&doc); {
+	case errors.Is(err, io.EOF):
+		return nil
+	case err != nil:
+		errs.add(path, "not valid YAML: %v", err)
+		return nil
+	}
+	var extra yaml.Node
+	if dec.Decode(&extra) == nil {
+		errs.add(path, "the file holds more than one YAML document")
+		return nil
+	}
+	return &doc
+}
+
 // ParseAdmission decodes an admission block alone (what stands under "admission:" in the file)
 // with the same strict decoder and validation, so problems name the same fields
 // ("admission.inflight.limit"). As in the file, an omitted strategy is "none". The lab and the
@@ -342,23 +350,15 @@ func ParseWith(data []byte, adjust func(*Config)) (*Config, error) {
 func ParseAdmission(data []byte) (*Admission, error) {
 	a := Admission{Strategy: StrategyNone}
 	var errs Problems
-	if n := entries(data); n > maxEntries {
-		errs.add("admission", "%d lines and items; an admission block has at most %d", n, maxEntries)
-		return nil, &errs
-	}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var doc yaml.Node
-	switch err := dec.Decode(&doc); {
-	case errors.Is(err, io.EOF):
+	switch doc := readDocument(data, "admission", "an admission block", &errs); {
+	case doc == nil && len(errs.List) == 0:
 		errs.add("admission", "empty: want an admission block such as {strategy: inflight, inflight: {limit: 8}}")
-	case err != nil:
-		errs.add("admission", "not valid YAML: %v", err)
+	case doc == nil:
+	case doc.Content[0].Kind != yaml.MappingNode:
+		n := doc.Content[0]
+		errs.addLine(n.Line, "admission", "want a mapping such as {strategy: inflight, inflight: {limit: 8}}, got %s", describe(n))
 	default:
-		if n := doc.Content[0]; n.Kind != yaml.MappingNode {
-			errs.addLine(n.Line, "admission", "want a mapping such as {strategy: inflight, inflight: {limit: 8}}, got %s", describe(n))
-		} else {
-			decodeValue(n, reflect.ValueOf(&a).Elem(), "admission", &errs)
-		}
+		decodeValue(doc.Content[0], reflect.ValueOf(&a).Elem(), "admission", &errs)
 	}
 	if len(errs.List) == 0 {
 		a.validate(&errs, "admission")
