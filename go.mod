@@ -3,6 +3,7 @@ module github.com/loadshed/loadshed
 go 1.26.0
 
 require (
+	github.com/coder/websocket v1.8.15
 	github.com/go-redis/redis_rate/v10 v10.0.1
 	github.com/hashicorp/golang-lru/v2 v2.0.7
 	github.com/prometheus/client_golang v1.23.2

@@ -614,3 +614,38 @@ func TestTrustAndHeaders(t *testing.T) {
 		t.Errorf("defaults: trust %+v headers %+v (%v)", c.Trust, c.Headers, err)
 	}
 }
+
+// TestTLSAndGRPCValues: a TLS Secret is mounted into the sidecar and named in its config; the
+// upstream protocol, gRPC settings and the Service's appProtocol reach where they belong.
+func TestTLSAndGRPCValues(t *testing.T) {
+	m := decode(t, render(t, "--set", "proxy.tls.secretName=web-tls,proxy.upstreamProtocol=h2c,service.appProtocol=kubernetes.io/h2c,proxy.grpc.streamAfter=30s"))
+	data := m.configMap(t, "demo-loadshed").Data["config.yaml"]
+	c, err := config.Parse([]byte(data))
+	if err != nil {
+		t.Fatalf("the proxy rejects the rendered config: %v\n%s", err, data)
+	}
+	if c.TLS == nil || c.TLS.CertFile != "/etc/loadshed-tls/tls.crt" || c.UpstreamProtocol != "h2c" || c.GRPC.StreamAfter.D() != 30*time.Second {
+		t.Fatalf("rendered config: tls %+v, upstreamProtocol %q, streamAfter %s", c.TLS, c.UpstreamProtocol, c.GRPC.StreamAfter)
+	}
+	pod := m.Deployments[0].Spec.Template.Spec
+	mounted := false
+	for _, ctr := range append(pod.InitContainers, pod.Containers...) {
+		for _, vm := range ctr.VolumeMounts {
+			if vm.Name == "tls" && vm.MountPath == "/etc/loadshed-tls" {
+				mounted = true
+			}
+		}
+	}
+	secret := false
+	for _, v := range pod.Volumes {
+		if v.Secret != nil && v.Secret.SecretName == "web-tls" {
+			secret = true
+		}
+	}
+	if !mounted || !secret {
+		t.Errorf("TLS Secret: mounted %v, volume %v", mounted, secret)
+	}
+	if ap := m.Services[0].Spec.Ports[0].AppProtocol; ap == nil || *ap != "kubernetes.io/h2c" {
+		t.Errorf("Service appProtocol %v", ap)
+	}
+}

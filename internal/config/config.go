@@ -41,6 +41,14 @@ type Config struct {
 	// TrustForwardedHeaders keeps incoming X-Forwarded-For/-Proto/-Host (append to them) instead
 	// of replacing them with what the proxy sees. Enable only behind a trusted ingress.
 	TrustForwardedHeaders bool `yaml:"trustForwardedHeaders"`
+	// UpstreamProtocol is how the proxy talks to the upstream: http1, h2c (HTTP/2 without TLS,
+	// prior knowledge) or auto (gRPC calls over h2c, everything else HTTP/1.1).
+	UpstreamProtocol string `yaml:"upstreamProtocol"`
+	// TLS, when set, serves the data port over TLS: HTTP/2 by ALPN and HTTP/1.1. The files are
+	// read again when they change (a rotated Secret), without a restart.
+	TLS *TLS `yaml:"tls"`
+	// GRPC tunes how gRPC calls are admitted and refused.
+	GRPC GRPC `yaml:"grpc"`
 
 	Shutdown    Shutdown    `yaml:"shutdown"`
 	Server      Server      `yaml:"server"`
@@ -54,6 +62,49 @@ type Config struct {
 	Routes  []Route  `yaml:"routes"`
 	Reload  Reload   `yaml:"reload"`
 }
+
+// Upstream protocols.
+const (
+	UpstreamAuto  = "auto"
+	UpstreamHTTP1 = "http1"
+	UpstreamH2C   = "h2c"
+)
+
+// TLS is the data port's certificate.
+type TLS struct {
+	CertFile string `yaml:"certFile"`
+	KeyFile  string `yaml:"keyFile"`
+}
+
+// GRPC tunes gRPC calls (requests with content-type application/grpc or application/grpc+codec;
+// gRPC-Web is plain HTTP here).
+type GRPC struct {
+	// StreamAfter: a call still open after this long is taken for a stream: its latency sample
+	// is dropped and its permit released, so a watch stream cannot hold the limit. Routes with
+	// streaming: true are streams from the start.
+	StreamAfter Duration `yaml:"streamAfter"`
+	// StatusCodes maps each refusal reason to the grpc-status a refused call gets.
+	StatusCodes GRPCCodes `yaml:"statusCodes"`
+}
+
+// GRPCCodes maps each refusal reason to a gRPC status code (1-16).
+type GRPCCodes struct {
+	RateLimited      int `yaml:"rateLimited"`
+	QueueFull        int `yaml:"queueFull"`
+	QueueTimeout     int `yaml:"queueTimeout"`
+	ConcurrencyLimit int `yaml:"concurrencyLimit"`
+	Draining         int `yaml:"draining"`
+	Deadline         int `yaml:"deadline"`
+	ClientLimited    int `yaml:"clientLimited"`
+	Denied           int `yaml:"denied"`
+}
+
+func (c GRPCCodes) fields() []statusField {
+	return StatusCodes(c).fields()
+}
+
+// ByReason returns the gRPC status of every refusal reason.
+func (c GRPCCodes) ByReason() map[admission.Reason]int { return StatusCodes(c).ByReason() }
 
 // Shutdown is what happens after SIGTERM.
 type Shutdown struct {
@@ -99,6 +150,15 @@ type Server struct {
 	// MaxConnectionsPerSource caps the connections of one client address (0: no cap); a new
 	// connection over it is closed at once.
 	MaxConnectionsPerSource int `yaml:"maxConnectionsPerSource"`
+	// HTTP2 bounds what one HTTP/2 connection may ask for; its header list is bounded by
+	// maxHeaderBytes and its idle time by idleTimeout, as for HTTP/1.1.
+	HTTP2 HTTP2 `yaml:"http2"`
+}
+
+// HTTP2 are the data port's HTTP/2 limits.
+type HTTP2 struct {
+	// MaxConcurrentStreams is how many requests one connection may have open at once.
+	MaxConcurrentStreams int `yaml:"maxConcurrentStreams"`
 }
 
 // StatusCodes maps each refusal reason to the HTTP status the client gets.
@@ -147,10 +207,18 @@ func (c StatusCodes) ByReason() map[admission.Reason]int {
 // Default returns the configuration used for every field the file leaves out.
 func Default() Config {
 	return Config{
-		Listen:          ":8000",
-		AdminListen:     ":9901",
-		UpstreamTimeout: Duration(30 * time.Second),
-		PreserveHost:    true,
+		Listen:           ":8000",
+		AdminListen:      ":9901",
+		UpstreamTimeout:  Duration(30 * time.Second),
+		PreserveHost:     true,
+		UpstreamProtocol: UpstreamAuto,
+		GRPC: GRPC{
+			StreamAfter: Duration(10 * time.Second),
+			// UNAVAILABLE (14) for what is busy, RESOURCE_EXHAUSTED (8) for a rate, DEADLINE_EXCEEDED
+			// (4) and PERMISSION_DENIED (7): gRPC clients retry UNAVAILABLE by policy.
+			StatusCodes: GRPCCodes{RateLimited: 8, QueueFull: 14, QueueTimeout: 14, ConcurrencyLimit: 14,
+				Draining: 14, Deadline: 4, ClientLimited: 8, Denied: 7},
+		},
 		Shutdown: Shutdown{
 			DrainDelay:  Duration(5 * time.Second),
 			GracePeriod: Duration(20 * time.Second),
@@ -167,6 +235,7 @@ func Default() Config {
 			ResponseBufferBudget: 32 << 20,
 			WriteIdleTimeout:     Duration(10 * time.Second),
 			MaxConnections:       1024,
+			HTTP2:                HTTP2{MaxConcurrentStreams: 250},
 		},
 		StatusCodes: StatusCodes{
 			RateLimited: 429, QueueFull: 503, QueueTimeout: 503, ConcurrencyLimit: 503,
@@ -235,24 +304,8 @@ func Parse(data []byte) (*Config, error) { return ParseWith(data, nil) }
 func ParseWith(data []byte, adjust func(*Config)) (*Config, error) {
 	c := Default()
 	var errs Problems
-	if n := entries(data); n > maxEntries {
-		errs.add("", "%d lines and items; a configuration has at most %d", n, maxEntries)
-		return nil, &errs
-	}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var doc yaml.Node
-	switch err := dec.Decode(&doc); {
-	case errors.Is(err, io.EOF):
-		// An empty file: defaults only (validation reports what is missing).
-	case err != nil:
-		errs.add("", "not valid YAML: %v", err)
-		return nil, &errs
-	default:
-		strictDecode(&doc, &c, &errs)
-		var extra yaml.Node
-		if dec.Decode(&extra) == nil {
-			errs.add("", "the file holds more than one YAML document")
-		}
+	if doc := readDocument(data, "", "a configuration", &errs); doc != nil {
+		strictDecode(doc, &c, &errs)
 	}
 	if len(errs.List) == 0 {
 		if adjust != nil {
@@ -266,6 +319,30 @@ func ParseWith(data []byte, adjust func(*Config)) (*Config, error) {
 	return &c, nil
 }
 
+// readDocument decodes the one YAML document data holds, within the size limit. It returns nil
+// for empty input and after a problem, which it reports under path.
+func readDocument(data []byte, path, what string, errs *Problems) *yaml.Node {
+	if n := entries(data); n > maxEntries {
+		errs.add(path, "%d lines and items; %s has at most %d", n, what, maxEntries)
+		return nil
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	switch err := dec.Decode(&doc); {
+	case errors.Is(err, io.EOF):
+		return nil
+	case err != nil:
+		errs.add(path, "not valid YAML: %v", err)
+		return nil
+	}
+	var extra yaml.Node
+	if dec.Decode(&extra) == nil {
+		errs.add(path, "the file holds more than one YAML document")
+		return nil
+	}
+	return &doc
+}
+
 // ParseAdmission decodes an admission block alone (what stands under "admission:" in the file)
 // with the same strict decoder and validation, so problems name the same fields
 // ("admission.inflight.limit"). As in the file, an omitted strategy is "none". The lab and the
@@ -273,23 +350,15 @@ func ParseWith(data []byte, adjust func(*Config)) (*Config, error) {
 func ParseAdmission(data []byte) (*Admission, error) {
 	a := Admission{Strategy: StrategyNone}
 	var errs Problems
-	if n := entries(data); n > maxEntries {
-		errs.add("admission", "%d lines and items; an admission block has at most %d", n, maxEntries)
-		return nil, &errs
-	}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var doc yaml.Node
-	switch err := dec.Decode(&doc); {
-	case errors.Is(err, io.EOF):
+	switch doc := readDocument(data, "admission", "an admission block", &errs); {
+	case doc == nil && len(errs.List) == 0:
 		errs.add("admission", "empty: want an admission block such as {strategy: inflight, inflight: {limit: 8}}")
-	case err != nil:
-		errs.add("admission", "not valid YAML: %v", err)
+	case doc == nil:
+	case doc.Content[0].Kind != yaml.MappingNode:
+		n := doc.Content[0]
+		errs.addLine(n.Line, "admission", "want a mapping such as {strategy: inflight, inflight: {limit: 8}}, got %s", describe(n))
 	default:
-		if n := doc.Content[0]; n.Kind != yaml.MappingNode {
-			errs.addLine(n.Line, "admission", "want a mapping such as {strategy: inflight, inflight: {limit: 8}}, got %s", describe(n))
-		} else {
-			decodeValue(n, reflect.ValueOf(&a).Elem(), "admission", &errs)
-		}
+		decodeValue(doc.Content[0], reflect.ValueOf(&a).Elem(), "admission", &errs)
 	}
 	if len(errs.List) == 0 {
 		a.validate(&errs, "admission")
@@ -360,6 +429,32 @@ func (c *Config) Validate(errs *Problems) {
 		errs.add("server.maxConnectionsPerSource", "must not be negative (0 means no cap), got %d", c.Server.MaxConnectionsPerSource)
 	}
 	c.Trust.validate(errs)
+	if c.Server.HTTP2.MaxConcurrentStreams < 1 {
+		errs.add("server.http2.maxConcurrentStreams", "must be at least 1, got %d", c.Server.HTTP2.MaxConcurrentStreams)
+	}
+	switch c.UpstreamProtocol {
+	case UpstreamAuto, UpstreamHTTP1:
+	case UpstreamH2C:
+		if strings.HasPrefix(c.Upstream, "https:") {
+			errs.add("upstreamProtocol", "h2c is cleartext HTTP/2; an https upstream negotiates HTTP/2 itself (use auto)")
+		}
+	default:
+		errs.add("upstreamProtocol", "must be auto, http1 or h2c, got %q", c.UpstreamProtocol)
+	}
+	if c.TLS != nil {
+		if c.TLS.CertFile == "" {
+			errs.add("tls.certFile", "required with tls: the certificate (PEM) file")
+		}
+		if c.TLS.KeyFile == "" {
+			errs.add("tls.keyFile", "required with tls: the private key (PEM) file")
+		}
+	}
+	positive(errs, "grpc.streamAfter", c.GRPC.StreamAfter)
+	for _, f := range c.GRPC.StatusCodes.fields() {
+		if f.code < 1 || f.code > 16 {
+			errs.add("grpc.statusCodes."+f.name, "must be a gRPC status code from 1 to 16 (UNAVAILABLE is 14), got %d", f.code)
+		}
+	}
 	for _, f := range c.StatusCodes.fields() {
 		if f.code < 400 || f.code > 599 {
 			errs.add("statusCodes."+f.name, "must be an HTTP error status (400-599), got %d", f.code)

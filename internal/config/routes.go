@@ -52,6 +52,11 @@ type Route struct {
 	Cost int64 `yaml:"cost"`
 	// Admission is the route's own policy; absent: the top-level one (shared state).
 	Admission *Admission `yaml:"admission"`
+	// Streaming marks long-lived calls (a gRPC watch, server-sent events): admitted at the start,
+	// their permit released at the response headers, never a latency sample, and neither
+	// server.readTimeout nor upstreamTimeout cuts them. A gRPC method is a path:
+	// /package.Service/Method, or /package.Service/ for all of a service's.
+	Streaming bool `yaml:"streaming"`
 }
 
 // Reload configures how the proxy picks up a changed configuration file.

@@ -118,6 +118,8 @@ type Refusal struct {
 	Status int
 	// RetryAfter is the strategy's hint; zero when it has none. See RetryAfterHeader.
 	RetryAfter time.Duration
+	// GRPCCode is the grpc-status a refused gRPC call gets (grpc.statusCodes).
+	GRPCCode int
 }
 
 func (r *Refusal) Error() string {
@@ -131,6 +133,17 @@ func (r *Refusal) RetryAfterHeader() string {
 		return ""
 	}
 	return RetryAfterSeconds(r.RetryAfter)
+}
+
+// PushbackMillis renders gRPC's grpc-retry-pushback-ms from the refusal's own retry-after: whole
+// milliseconds, rounded up, at least 1 (not the whole-second header). It is empty when the
+// refusal asks for no retry (403, a deny-listed client).
+func (r *Refusal) PushbackMillis() string {
+	if r.Status == 403 {
+		return ""
+	}
+	ms := int64(math.Ceil(float64(r.RetryAfter) / float64(time.Millisecond)))
+	return strconv.FormatInt(max(ms, 1), 10)
 }
 
 // RetryAfterSeconds renders a Retry-After value: whole seconds, rounded up, at least 1.
@@ -183,7 +196,11 @@ type Pass struct {
 	outcome  uint8 // index in outcomes
 	held     bool
 	stream   bool
-	grpc     bool
+	grpc     bool // the client sent grpc-timeout
+
+	streaming   bool          // a streaming route
+	streamAfter time.Duration // grpc.streamAfter
+	streamed    atomic.Bool   // taken for a stream after streamAfter
 }
 
 type passKey struct{}
@@ -231,7 +248,7 @@ func (ps *Pass) GRPCTimeout() bool { return ps.grpc }
 // bound before Admit blocks.
 func (g *Gate) Admit(ctx context.Context, r *Request, queued func(admission.Queued)) (*Pass, error) {
 	st := g.state.Load()
-	p, routeCost := st.match(r.Method, r.Path)
+	p, routeCost, streaming := st.match(r.Method, r.Path)
 	door := doorIndex(r.Door)
 	now := g.clock.Now()
 	req, herr := st.spec.parseRequest(r.Header, r.Peer, now, routeCost)
@@ -260,8 +277,8 @@ func (g *Gate) Admit(ctx context.Context, r *Request, queued func(admission.Queu
 			}
 		}
 	}
-	pass := &Pass{Context: ctx, p: p, spec: &st.spec, door: uint8(door), Start: now,
-		grpc: st.spec.grpcTimeout && r.Header.Get("Grpc-Timeout") != ""}
+	pass := &Pass{Context: ctx, p: p, spec: &st.spec, door: uint8(door), Start: now, streaming: streaming,
+		streamAfter: st.cfg.GRPC.StreamAfter.D(), grpc: st.spec.grpcTimeout && r.Header.Get("Grpc-Timeout") != ""}
 	if !req.Deadline.IsZero() {
 		// A deadline at Start itself (already late) was refused above; an admitted one lies after.
 		pass.deadline = req.Deadline.Sub(now)
@@ -317,14 +334,14 @@ func stageOf(p *Policy, rej *admission.Rejection) string {
 
 // refuse counts a shed and returns its Refusal.
 func (g *Gate) refuse(st *state, p *Policy, door int, req admission.Request, rej *admission.Rejection) *Refusal {
-	code := 503
+	code, grpcCode := 503, 14
 	if i := reasonIndex(rej.Reason); i >= 0 {
-		code = st.status[i]
+		code, grpcCode = st.status[i], st.grpc[i]
 	}
 	stage := stageOf(p, rej)
 	p.m.refused(door, stage, rej.Reason, req.Priority, false)
 	p.m.count(door, outcomeShed, code)
-	return &Refusal{Reason: rej.Reason, Stage: stage, Status: code, RetryAfter: rej.RetryAfter}
+	return &Refusal{Reason: rej.Reason, Stage: stage, Status: code, RetryAfter: rej.RetryAfter, GRPCCode: grpcCode}
 }
 
 // Route is the name of the route the request matched ("default" when none did).
@@ -341,6 +358,51 @@ func (ps *Pass) BodyError() error {
 		return *e
 	}
 	return nil
+}
+
+// isCall reports a gRPC call: its outcome is its final grpc-status, its sample its duration.
+func (ps *Pass) isCall() bool { return doors[ps.door] == metrics.DoorGRPC }
+
+// Streaming reports a request of a streaming route: its permit goes back at the response
+// headers, and no read or upstream timeout cuts it.
+func (ps *Pass) Streaming() bool { return ps.streaming }
+
+// StreamAfter is how long a gRPC call may stay open before it is taken for a stream
+// (grpc.streamAfter): the door calls MarkStream then.
+func (ps *Pass) StreamAfter() time.Duration { return ps.streamAfter }
+
+// MarkStream takes a call still open for a stream: its latency says nothing about load, so its
+// permit goes back now, without a sample. Safe from another goroutine.
+func (ps *Pass) MarkStream() {
+	ps.streamed.Store(true)
+	ps.Release(admission.Ignore)
+}
+
+// Streamed reports that MarkStream has taken the call for a stream.
+func (ps *Pass) Streamed() bool { return ps.streamed.Load() }
+
+// CallEnded records a gRPC call's final grpc-status, read at at from its trailers (or from a
+// trailers-only answer): OK is a success whose duration is the latency sample; UNAVAILABLE,
+// RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED and INTERNAL are the upstream's overload or failure (the
+// adaptive limit shrinks); CANCELLED and the client's own errors say nothing about load. The
+// permit goes back now.
+func (ps *Pass) CallEnded(code int, at time.Time) {
+	switch code {
+	case 0:
+		ps.outcome = outcomeSuccess
+		if !ps.stream && !ps.streamed.Load() {
+			ps.p.latency.observe(max(at.Sub(ps.Start)-ps.fwd, 0))
+		}
+	case 4:
+		ps.outcome = outcomeUpstreamTimeout
+	case 8, 13, 14:
+		ps.outcome = outcomeUpstreamError
+	case 1:
+		ps.outcome = outcomeCanceled
+	default:
+		ps.outcome = outcomeClientError
+	}
+	ps.Complete()
 }
 
 // Outcome is how the exchange has gone so far (a metrics.Outcome* value).
@@ -362,8 +424,8 @@ func (ps *Pass) Responded(status int, at time.Time, stream bool) {
 		ps.outcome = outcomeClientError
 	}
 	lat := ps.hdr - ps.fwd
-	if status < 400 && !stream {
-		ps.p.latency.observe(lat)
+	if status < 400 && !stream && !ps.isCall() {
+		ps.p.latency.observe(lat) // a gRPC call's sample is taken when it ends (CallEnded)
 	}
 	ps.p.m.upstream.Observe(lat.Seconds())
 }
@@ -412,7 +474,7 @@ func (ps *Pass) Finish() {
 // streams say nothing about load; upstream errors, timeouts and 429s are overload signals.
 func (ps *Pass) classify() admission.Outcome {
 	switch {
-	case ps.stream:
+	case ps.stream || ps.streamed.Load():
 		return admission.Ignore
 	case ps.outcome == outcomeSuccess:
 		return admission.Success
@@ -424,10 +486,16 @@ func (ps *Pass) classify() admission.Outcome {
 	return admission.Dropped
 }
 
+// Streaming reports whether a request of this method and path is on a streaming route.
+func (g *Gate) Streaming(method, path string) bool {
+	_, _, streaming := g.state.Load().match(method, path)
+	return streaming
+}
+
 // Count counts a request a door refused on its own before admission (a CONNECT, say): the
 // route's labels, the door, the outcome and the status.
 func (g *Gate) Count(door, method, path, outcome string, status int) {
-	p, _ := g.state.Load().match(method, path)
+	p, _, _ := g.state.Load().match(method, path)
 	if o := indexOf(outcomes, outcome); o >= 0 {
 		p.m.count(doorIndex(door), uint8(o), status)
 		return

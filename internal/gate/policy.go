@@ -81,17 +81,18 @@ type state struct {
 	routes  []route
 	def     *Policy
 	status  []int // by reason index (admission.AllReasons)
+	grpc    []int // gRPC status by reason index
 }
 
-// match returns the policy and route cost for a request.
-func (st *state) match(method, path string) (*Policy, int64) {
+// match returns the policy, the route's cost and whether it is a streaming route.
+func (st *state) match(method, path string) (*Policy, int64, bool) {
 	for i := range st.routes {
 		r := &st.routes[i]
 		if r.rule.Matches(method, path) {
-			return r.policy, r.rule.Cost
+			return r.policy, r.rule.Cost, r.rule.Streaming
 		}
 	}
-	return st.def, 0
+	return st.def, 0, false
 }
 
 // policies lists every distinct policy of the state, the default one first.
@@ -160,10 +161,10 @@ func buildState(cfg *config.Config, prev *state, m *metrics.Proxy, clock admissi
 			}
 		}
 	}
-	codes := cfg.StatusCodes.ByReason()
-	st.status = make([]int, len(admission.AllReasons))
+	codes, grpcCodes := cfg.StatusCodes.ByReason(), cfg.GRPC.StatusCodes.ByReason()
+	st.status, st.grpc = make([]int, len(admission.AllReasons)), make([]int, len(admission.AllReasons))
 	for i, r := range admission.AllReasons {
-		st.status[i] = codes[r]
+		st.status[i], st.grpc[i] = codes[r], grpcCodes[r]
 	}
 	return st, nil
 }

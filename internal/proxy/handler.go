@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -48,16 +47,23 @@ func newHandler(g *gate.Gate, cfg *config.Config, log *slog.Logger) *handler {
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if h.draining.Load() {
+	grpc := isGRPC(r.Header.Get("Content-Type"))
+	door := metrics.DoorHTTP
+	if grpc {
+		door = metrics.DoorGRPC
+	}
+	if h.draining.Load() && r.ProtoMajor == 1 {
 		// While the endpoints update, every answer closes its connection, so no idle
-		// keep-alive connection is left for a client to send on as the listener closes.
+		// keep-alive connection is left for a client to send on as the listener closes. (HTTP/2
+		// connections get GOAWAY when the listener closes.)
 		w.Header().Set("Connection", "close")
 	}
 	if r.Method == http.MethodConnect {
-		// The proxy forwards requests to its one upstream; it opens no tunnels.
+		// The proxy forwards requests to its one upstream; it opens no tunnels (and WebSocket
+		// over HTTP/2, which would need CONNECT, is not offered).
 		w.Header().Set("Allow", "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS")
 		http.Error(w, "405 Method Not Allowed: CONNECT", http.StatusMethodNotAllowed)
-		h.gate.Count(metrics.DoorHTTP, r.Method, r.URL.Path, metrics.OutcomeClientError, http.StatusMethodNotAllowed)
+		h.gate.Count(door, r.Method, r.URL.Path, metrics.OutcomeClientError, http.StatusMethodNotAllowed)
 		return
 	}
 	start := time.Now()
@@ -68,33 +74,49 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.maxBody > 0 {
 		r.Body = http.MaxBytesReader(w, r.Body, h.maxBody)
 	}
-	if hasBody(r) && h.bodyBuffer > 0 && r.ContentLength <= h.bodyBuffer && (h.maxBody == 0 || r.ContentLength <= h.maxBody) {
+	if hasBody(r) && !grpc && h.bodyBuffer > 0 && r.ContentLength <= h.bodyBuffer && (h.maxBody == 0 || r.ContentLength <= h.maxBody) &&
+		!h.gate.Streaming(r.Method, r.URL.Path) {
 		// A small body is read before admission, so a client that sends it slowly (or never)
-		// waits without a permit.
+		// waits without a permit. (A gRPC call's body is a stream of messages that may never
+		// end on its own: it is admitted and streamed.)
 		body, err := prefetch(w, r, h.bodyBuffer, h.bodyTimeout, readLimit)
 		if err != nil {
-			h.bodyFailed(w, r, classifyBodyError(err, r.Context().Err() != nil))
+			h.bodyFailed(w, r, door, grpc, classifyBodyError(err, r.Context().Err() != nil))
 			return
 		}
 		r.Body = body
 	}
 	pass, err := h.gate.Admit(r.Context(), &gate.Request{
-		Door: metrics.DoorHTTP, Method: r.Method, Path: r.URL.Path, Header: r.Header,
+		Door: door, Method: r.Method, Path: r.URL.Path, Header: r.Header,
 		Peer: r.RemoteAddr, ContentLength: r.ContentLength,
 	}, nil)
 	if err != nil {
-		h.refuse(w, err)
+		h.refuse(w, err, grpc)
 		return
+	}
+	streaming := pass.Streaming()
+	if streaming {
+		// A stream is not cut by server.readTimeout (HTTP/2 applies it per stream).
+		if d, ok := w.(interface{ SetReadDeadline(time.Time) error }); ok {
+			_ = d.SetReadDeadline(time.Time{})
+		}
+		readLimit = time.Time{}
 	}
 	if hasBody(r) {
 		if _, whole := r.Body.(*bufferedBody); !whole {
 			// The rest of a large or streamed body comes with an idle timeout between reads.
 			b := &idleBody{ReadCloser: r.Body, idle: h.bodyTimeout, limit: readLimit, pass: pass}
-			if d, ok := w.(interface{ SetReadDeadline(time.Time) error }); ok {
+			if d, ok := w.(interface{ SetReadDeadline(time.Time) error }); ok && !streaming {
 				b.setDeadline = d.SetReadDeadline
 			}
 			r.Body = b
 		}
+	}
+	if grpc && !streaming {
+		// A call still open after grpc.streamAfter is a stream the route does not say it is: its
+		// permit goes back and its latency is no sample.
+		t := time.AfterFunc(pass.StreamAfter(), pass.MarkStream)
+		defer t.Stop()
 	}
 	defer func() {
 		// A panic (http.ErrAbortHandler when the response copy fails) must still release the
@@ -127,7 +149,7 @@ func hasBody(r *http.Request) bool {
 
 // bodyFailed answers a request whose body could not be read before admission: the client's
 // doing, counted as its error (no permit was taken, nothing reached the upstream).
-func (h *handler) bodyFailed(w http.ResponseWriter, r *http.Request, problem bodyProblem) {
+func (h *handler) bodyFailed(w http.ResponseWriter, r *http.Request, door string, grpc bool, problem bodyProblem) {
 	code, outcome, msg := http.StatusBadRequest, metrics.OutcomeClientError, "malformed request body"
 	switch problem {
 	case bodyGone:
@@ -137,15 +159,35 @@ func (h *handler) bodyFailed(w http.ResponseWriter, r *http.Request, problem bod
 	case bodyTooLarge:
 		code, msg = http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes", h.maxBody)
 	}
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	w.Header().Set("Connection", "close") // the rest of the body is not worth reading
-	w.WriteHeader(code)
-	fmt.Fprintf(w, "%d %s: %s\n", code, http.StatusText(code), msg)
+	h.clientError(w, code, msg, grpc)
 	count := code
 	if outcome == metrics.OutcomeCanceled {
 		count = 499
 	}
-	h.gate.Count(metrics.DoorHTTP, r.Method, r.URL.Path, outcome, count)
+	h.gate.Count(door, r.Method, r.URL.Path, outcome, count)
+}
+
+// clientError answers what the client got wrong: an HTTP status with a short body that closes
+// the connection (the rest of the request is not worth reading), or, to a gRPC call, the
+// matching grpc-status.
+func (h *handler) clientError(w http.ResponseWriter, code int, msg string, grpc bool) {
+	if grpc {
+		g := grpcInvalidArgument
+		switch code {
+		case http.StatusRequestTimeout:
+			g = grpcDeadlineExceeded
+		case http.StatusRequestEntityTooLarge:
+			g = grpcResourceExhausted
+		}
+		writeGRPCStatus(w, g, msg, "", "")
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if code != http.StatusBadRequest || msg != "" {
+		w.Header().Set("Connection", "close")
+	}
+	w.WriteHeader(code)
+	fmt.Fprintf(w, "%d %s: %s\n", code, http.StatusText(code), msg)
 }
 
 // setUpstream puts the configured upstream in force for new requests.
@@ -159,12 +201,15 @@ func (h *handler) setUpstream(raw string) error {
 }
 
 // refuse answers a request the gate did not admit: a shed gets its status, Retry-After (except
-// 403) and a short body naming the reason; a client error 400 naming the header or 413; a
+// 403) and a short body naming the reason, or, to a gRPC call, a trailers-only answer with its
+// grpc-status and grpc-retry-pushback-ms; a client error 400 naming the header or 413; a
 // client that left gets nothing.
-func (h *handler) refuse(w http.ResponseWriter, err error) {
+func (h *handler) refuse(w http.ResponseWriter, err error, grpc bool) {
 	var rej *gate.Refusal
 	var bad *gate.ClientError
 	switch {
+	case errors.As(err, &rej) && grpc:
+		writeGRPCStatus(w, rej.GRPCCode, "loadshed: "+string(rej.Reason), rej.PushbackMillis(), string(rej.Reason))
 	case errors.As(err, &rej):
 		hdr := w.Header()
 		hdr.Set("Content-Type", "text/plain; charset=utf-8")
@@ -177,11 +222,12 @@ func (h *handler) refuse(w http.ResponseWriter, err error) {
 		w.WriteHeader(rej.Status)
 		fmt.Fprintf(w, "%d %s: %s\n", rej.Status, http.StatusText(rej.Status), rej.Reason)
 	case errors.As(err, &bad) && bad.Status == http.StatusRequestEntityTooLarge:
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.Header().Set("Connection", "close")
-		w.WriteHeader(http.StatusRequestEntityTooLarge)
-		fmt.Fprintf(w, "413 Request Entity Too Large: %s\n", bad)
+		h.clientError(w, http.StatusRequestEntityTooLarge, bad.Error(), grpc)
 	case errors.As(err, &bad):
+		if grpc {
+			writeGRPCStatus(w, grpcInvalidArgument, bad.Error(), "", "")
+			return
+		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.WriteHeader(http.StatusBadRequest)
 		fmt.Fprintf(w, "400 Bad Request: %s\n", bad)
@@ -238,9 +284,29 @@ func (h *handler) newReverseProxy(transport http.RoundTripper) *httputil.Reverse
 			if pass == nil {
 				return nil
 			}
-			stream := res.StatusCode == http.StatusSwitchingProtocols || isStream(res.Header.Get("Content-Type"))
-			pass.Responded(res.StatusCode, time.Now(), stream)
-			if !stream && h.respBuffer > 0 && bufferResponse(res, h.respBuffer, h.respBudget) {
+			now := time.Now()
+			if isGRPC(res.Request.Header.Get("Content-Type")) && res.StatusCode == http.StatusOK {
+				// A gRPC call ends with its grpc-status: in the headers of a trailers-only answer,
+				// else in the trailers after the last message.
+				pass.Responded(res.StatusCode, now, pass.Streaming())
+				switch {
+				case res.Header.Get("Grpc-Status") != "":
+					pass.CallEnded(grpcStatusOf(res.Header.Get("Grpc-Status")), now)
+				case pass.Streaming():
+					pass.Complete()
+				default:
+					res.Body = &grpcBody{ReadCloser: res.Body, res: res, pass: pass}
+				}
+				return nil
+			}
+			// Upgrades (WebSocket) and event streams are streams: their permit goes back as they
+			// start, and their duration is no sample.
+			stream := pass.Streaming() || res.StatusCode == http.StatusSwitchingProtocols || isStream(res.Header.Get("Content-Type"))
+			pass.Responded(res.StatusCode, now, stream)
+			switch {
+			case stream:
+				pass.Complete()
+			case h.respBuffer > 0 && bufferResponse(res, h.respBuffer, h.respBudget):
 				// The upstream is done: the permit goes back now, not when a slow client has
 				// read the answer.
 				pass.Complete()
@@ -254,11 +320,16 @@ func (h *handler) newReverseProxy(transport http.RoundTripper) *httputil.Reverse
 					pass.Failed(outcome, status)
 				}
 			}
+			grpc := isGRPC(r.Header.Get("Content-Type"))
 			if r.Context().Err() != nil && !errors.Is(r.Context().Err(), context.DeadlineExceeded) {
 				// The client went away, or its body stopped at server.readTimeout (net/http cancels
 				// the context on a read error). A departed client never sees this answer; a slow
 				// one must not get the empty 200 net/http would send if nothing were written.
 				fail(metrics.OutcomeCanceled, 0)
+				if grpc {
+					writeGRPCStatus(w, grpcCanceled, "request canceled", "", "")
+					return
+				}
 				w.Header().Set("Connection", "close")
 				w.WriteHeader(http.StatusRequestTimeout)
 				return
@@ -271,25 +342,18 @@ func (h *handler) newReverseProxy(transport http.RoundTripper) *httputil.Reverse
 			if errors.As(err, &tooBig) || errors.As(bodyErr, &tooBig) {
 				// A streamed (chunked) body outgrew server.maxBodyBytes: the client's fault.
 				fail(metrics.OutcomeClientError, http.StatusRequestEntityTooLarge)
-				w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-				w.Header().Set("Connection", "close")
-				w.WriteHeader(http.StatusRequestEntityTooLarge)
-				fmt.Fprintf(w, "413 Request Entity Too Large: body over %d bytes\n", tooBig.Limit)
+				h.clientError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes", tooBig.Limit), grpc)
 				return
 			}
 			switch classifyBodyError(bodyErr, false) {
 			case bodyMalformed:
 				// The client's body broke its own framing: its error, never the upstream's.
 				fail(metrics.OutcomeClientError, http.StatusBadRequest)
-				w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-				w.Header().Set("Connection", "close")
-				w.WriteHeader(http.StatusBadRequest)
-				io.WriteString(w, "400 Bad Request: malformed request body\n")
+				h.clientError(w, http.StatusBadRequest, "malformed request body", grpc)
 				return
 			case bodySlow, bodyGone:
 				fail(metrics.OutcomeCanceled, 0)
-				w.Header().Set("Connection", "close")
-				w.WriteHeader(http.StatusRequestTimeout)
+				h.clientError(w, http.StatusRequestTimeout, "", grpc)
 				return
 			}
 			code, outcome := http.StatusBadGateway, metrics.OutcomeUpstreamError
@@ -299,6 +363,15 @@ func (h *handler) newReverseProxy(transport http.RoundTripper) *httputil.Reverse
 			}
 			fail(outcome, code)
 			h.log.Debug("upstream failed", "err", err, "status", code)
+			if grpc {
+				// Never confused with a shed: no pushback, no X-Loadshed-Reason.
+				g := grpcUnavailable
+				if code == http.StatusGatewayTimeout {
+					g = grpcDeadlineExceeded
+				}
+				writeGRPCStatus(w, g, "upstream "+strings.ReplaceAll(outcome, "_", " "), "", "")
+				return
+			}
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 			w.WriteHeader(code)
 			fmt.Fprintf(w, "%d %s: upstream %s\n", code, http.StatusText(code), strings.ReplaceAll(outcome, "_", " "))
@@ -317,31 +390,10 @@ var copyBufferPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); retu
 func (copyBuffers) Get() []byte  { return *copyBufferPool.Get().(*[]byte) }
 func (copyBuffers) Put(b []byte) { copyBufferPool.Put(&b) }
 
-// isStream reports a long-lived response whose duration is not a latency sample.
+// isStream reports an event stream: a long-lived response whose duration is not a latency
+// sample. (A gRPC call is a sample unless its route is streaming or it outlives
+// grpc.streamAfter.)
 func isStream(contentType string) bool {
 	ct, _, _ := strings.Cut(contentType, ";")
-	ct = strings.TrimSpace(strings.ToLower(ct))
-	return ct == "text/event-stream" || ct == "application/grpc" || strings.HasPrefix(ct, "application/grpc+")
-}
-
-// newTransport returns an upstream transport sized for the admission limit: enough idle
-// connections per host that every admitted request can reuse one (the default keeps 2).
-func newTransport(cfg *config.Config) *http.Transport {
-	conns := max(64, 2*cfg.Admission.ConcurrencyHint())
-	for _, r := range cfg.Routes {
-		if r.Admission != nil {
-			conns += 2 * r.Admission.ConcurrencyHint()
-		}
-	}
-	return &http.Transport{
-		Proxy:                 nil, // never an environment proxy: the upstream is local
-		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:          conns,
-		MaxIdleConnsPerHost:   conns,
-		IdleConnTimeout:       90 * time.Second,
-		ResponseHeaderTimeout: cfg.UpstreamTimeout.D(),
-		ExpectContinueTimeout: time.Second,
-		DisableCompression:    true, // pass encodings through untouched
-		ForceAttemptHTTP2:     false,
-	}
+	return strings.EqualFold(strings.TrimSpace(ct), "text/event-stream")
 }

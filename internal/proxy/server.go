@@ -4,6 +4,7 @@ package proxy
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -47,7 +48,8 @@ type Server struct {
 	data, admin     *http.Server
 	dataLn, adminLn net.Listener
 	conns           *connTracker
-	transport       *http.Transport
+	transport       *upstreamTransport
+	certs           *certReloader // nil without tls
 
 	configPath      string
 	overrides       func(*config.Config)
@@ -83,8 +85,13 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	if err := s.h.setUpstream(cfg.Upstream); err != nil {
 		return nil, err
 	}
-	s.transport = newTransport(cfg)
+	s.transport = newUpstreamTransport(cfg)
 	s.h.proxy = s.h.newReverseProxy(s.transport)
+	if cfg.TLS != nil {
+		if s.certs, err = newCertReloader(cfg.TLS.CertFile, cfg.TLS.KeyFile, s.log); err != nil {
+			return nil, err
+		}
+	}
 	return s, nil
 }
 
@@ -149,9 +156,16 @@ func (s *Server) Serve(ctx context.Context) error {
 		ReadHeaderTimeout: cfg.Server.ReadHeaderTimeout.D(),
 		ReadTimeout:       cfg.Server.ReadTimeout.D(),
 		IdleTimeout:       cfg.Server.IdleTimeout.D(),
-		MaxHeaderBytes:    cfg.Server.MaxHeaderBytes,
+		MaxHeaderBytes:    cfg.Server.MaxHeaderBytes, // also HTTP/2's header list size
 		ConnState:         s.conns.connState,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+		HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: cfg.Server.HTTP2.MaxConcurrentStreams},
+		Protocols:         dataProtocols(s.certs != nil),
+	}
+	serveData := func() error { return s.data.Serve(s.dataLn) }
+	if s.certs != nil {
+		s.data.TLSConfig = &tls.Config{GetCertificate: s.certs.getCertificate, MinVersion: tls.VersionTLS12}
+		serveData = func() error { return s.data.ServeTLS(s.dataLn, "", "") }
 	}
 	s.admin = &http.Server{
 		Handler:           s.AdminHandler(),
@@ -160,7 +174,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		IdleTimeout:       60 * time.Second,
 	}
 	errc := make(chan error, 2)
-	go func() { errc <- serveErr("data", s.data.Serve(s.dataLn)) }()
+	go func() { errc <- serveErr("data", serveData()) }()
 	go func() { errc <- serveErr("admin", s.admin.Serve(s.adminLn)) }()
 	s.log.Info("serving", "listen", s.dataLn.Addr().String(), "admin", s.adminLn.Addr().String(),
 		"upstream", cfg.Upstream, "strategy", cfg.Admission.Strategy)
@@ -178,6 +192,19 @@ func (s *Server) Serve(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	return s.shutdown()
+}
+
+// dataProtocols are the data port's protocols: HTTP/1.1 and HTTP/2 on one listener, with prior
+// knowledge (h2c) in cleartext, by ALPN with TLS.
+func dataProtocols(tls bool) *http.Protocols {
+	p := new(http.Protocols)
+	p.SetHTTP1(true)
+	if tls {
+		p.SetHTTP2(true)
+	} else {
+		p.SetUnencryptedHTTP2(true)
+	}
+	return p
 }
 
 func serveErr(which string, err error) error {

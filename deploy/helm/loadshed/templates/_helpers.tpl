@@ -179,6 +179,8 @@ strategy's block is written.
   "adminListen" (printf ":%d" (int $p.adminPort))
   "upstream" (default (printf "http://127.0.0.1:%d" (int .Values.app.port)) $p.upstream)
   "upstreamTimeout" $p.upstreamTimeout
+  "upstreamProtocol" $p.upstreamProtocol
+  "grpc" (deepCopy $p.grpc)
   "preserveHost" $p.preserveHost
   "trustForwardedHeaders" $p.trustForwardedHeaders
   "shutdown" (deepCopy $p.shutdown)
@@ -191,6 +193,9 @@ strategy's block is written.
 {{- $_ := set $trust "identity" (deepCopy .) }}
 {{- end }}
 {{- $_ := set $cfg "trust" $trust }}
+{{- if $p.tls.secretName }}
+{{- $_ := set $cfg "tls" (dict "certFile" "/etc/loadshed-tls/tls.crt" "keyFile" "/etc/loadshed-tls/tls.key") }}
+{{- end }}
 {{- $cfg = mustMergeOverwrite $cfg (deepCopy $p.extraConfig) }}
 {{- toYaml $cfg }}
 {{- end }}
