@@ -34,6 +34,7 @@ type Env struct {
 	ProxyAdmin   string        // the admin port's base URL
 	ConfigPath   string        // the proxy's configuration file, when Setup.Reloadable
 	BackendURL   string        // the backend's data port (no admission)
+	BackendGRPC  string        // the backend's gRPC port (host:port), when Setup.GRPC
 	BackendAdmin string        // the backend's admin port (a test tool)
 	cancel       context.CancelFunc
 	done         chan error
@@ -60,6 +61,10 @@ type Setup struct {
 	// Reloadable writes the in-process proxy's configuration to a file (Env.ConfigPath) that
 	// Env.Proxy.Reload reads again.
 	Reloadable bool
+	// GRPC makes the backend also serve its gRPC port (Env.BackendGRPC) and the proxy forward
+	// to that port instead of the HTTP one; with the default upstreamProtocol (auto) the proxy
+	// sends gRPC calls there over h2c. Offer gRPC load with Load.GRPC.
+	GRPC bool
 }
 
 // Constant returns a service time of exactly d.
@@ -86,11 +91,24 @@ func Start(s Setup) (*Env, error) {
 		data.Close()
 		return nil, err
 	}
+	var grpcPort net.Listener
+	if s.GRPC {
+		if grpcPort, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			data.Close()
+			admin.Close()
+			return nil, err
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	e := &Env{Backend: be, cancel: cancel, done: make(chan error, 2),
 		BackendURL: "http://" + data.Addr().String(), BackendAdmin: "http://" + admin.Addr().String()}
+	upstream := e.BackendURL
+	if grpcPort != nil {
+		e.BackendGRPC = grpcPort.Addr().String()
+		upstream = "http://" + e.BackendGRPC
+	}
 	go func() {
-		e.done <- be.Serve(ctx, backend.ServeConfig{Data: data, Admin: admin, ShutdownTimeout: 5 * time.Second})
+		e.done <- be.Serve(ctx, backend.ServeConfig{Data: data, Admin: admin, GRPC: grpcPort, ShutdownTimeout: 5 * time.Second})
 	}()
 
 	pListen, pAdmin := "127.0.0.1:0", "127.0.0.1:0"
@@ -103,7 +121,7 @@ func Start(s Setup) (*Env, error) {
 			return nil, err
 		}
 	}
-	cfg, err := proxyConfig(s, pListen, pAdmin, e.BackendURL)
+	cfg, err := proxyConfig(s, pListen, pAdmin, upstream)
 	if err != nil {
 		e.Close()
 		return nil, fmt.Errorf("proxy config: %w", err)
@@ -267,6 +285,9 @@ type Load struct {
 	Schedule *loadgen.Schedule // overrides Rate and Duration
 	// Warmup is sent first, as part of the same continuous load, and left out of the figures.
 	Warmup time.Duration
+	// GRPC, when set, offers gRPC calls of the backend's Work method instead of HTTP requests
+	// (the Env must have been started with Setup.GRPC).
+	GRPC *loadgen.GRPC
 }
 
 // Run offers the load to the proxy and returns the generator's result.
@@ -274,8 +295,12 @@ func (e *Env) Run(ctx context.Context, l Load) (*loadgen.Result, error) {
 	return e.run(ctx, e.ProxyURL, l)
 }
 
-// RunDirect offers the load to the backend itself, with no proxy in between.
+// RunDirect offers the load to the backend itself, with no proxy in between (its gRPC port for
+// a gRPC load).
 func (e *Env) RunDirect(ctx context.Context, l Load) (*loadgen.Result, error) {
+	if l.GRPC != nil {
+		return e.run(ctx, "http://"+e.BackendGRPC, l)
+	}
 	return e.run(ctx, e.BackendURL, l)
 }
 
@@ -290,7 +315,11 @@ func (e *Env) run(ctx context.Context, target string, l Load) (*loadgen.Result, 
 	if l.Schedule != nil {
 		sched = *l.Schedule
 	}
+	if l.GRPC != nil && e.BackendGRPC == "" {
+		return nil, errors.New("live: a gRPC load needs an Env started with Setup.GRPC")
+	}
 	return loadgen.Run(ctx, loadgen.Config{
 		Target: target + "/", Schedule: sched, Timeout: l.Timeout, SLO: l.SLO, Prepare: l.Prepare, Warmup: l.Warmup,
+		GRPC: l.GRPC,
 	})
 }
