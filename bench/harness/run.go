@@ -370,6 +370,12 @@ func (s *stack) stop() {
 // startStack starts a fresh backend, configures it, starts the target in front of it and
 // checks that one request passes end to end. On error it stops what it started.
 func startStack(ctx context.Context, cfg Config, l Limits, bins Binaries, t Target, dir string, root bool, pin string) (_ *stack, err error) {
+	return startStackFor(ctx, cfg, l, bins, t, dir, root, pin, false)
+}
+
+// startStackFor is startStack; with grpc the backend also serves its gRPC port, the target
+// forwards there and the end-to-end check is one gRPC call (see grpcStack).
+func startStackFor(ctx context.Context, cfg Config, l Limits, bins Binaries, t Target, dir string, root bool, pin string, grpc bool) (_ *stack, err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -380,11 +386,16 @@ func startStack(ctx context.Context, cfg Config, l Limits, bins Binaries, t Targ
 	case PinSplit:
 		backendCPU, targetCPU = 1, 1
 	}
-	ports, err := freePorts(4)
+	ports, err := freePorts(5)
 	if err != nil {
 		return nil, err
 	}
 	st := &stack{ep: endpoints{Listen: ports[0], Admin: ports[1], Backend: ports[2], BackendAdm: ports[3], UpstreamURL: "http://" + ports[2]}}
+	backendArgs := []string{"--listen", st.ep.Backend, "--admin-listen", st.ep.BackendAdm}
+	if grpc {
+		st.ep.BackendGRPC, st.ep.UpstreamURL = ports[4], "http://"+ports[4]
+		backendArgs = append(backendArgs, "--grpc-listen", st.ep.BackendGRPC)
+	}
 	defer func() {
 		if err != nil {
 			st.stop()
@@ -393,12 +404,15 @@ func startStack(ctx context.Context, cfg Config, l Limits, bins Binaries, t Targ
 	if st.launch, err = t.prepare(dir, bins, l, st.ep); err != nil {
 		return nil, err
 	}
+	if grpc && t.Kind == KindDirect {
+		st.launch.URL = "http://" + st.ep.BackendGRPC + "/"
+	}
 	if root {
 		if err := makeWritable(dir); err != nil {
 			return nil, err
 		}
 	}
-	st.backend, err = startProc("backend", bins.Backend, []string{"--listen", st.ep.Backend, "--admin-listen", st.ep.BackendAdm}, nil,
+	st.backend, err = startProc("backend", bins.Backend, backendArgs, nil,
 		filepath.Join(dir, "backend.log"), bins.Taskset, backendCPU, root)
 	if err != nil {
 		return nil, err
@@ -423,7 +437,11 @@ func startStack(ctx context.Context, cfg Config, l Limits, bins Binaries, t Targ
 		}
 	}
 	// One request must pass end to end before the load starts.
-	if err := waitHTTP(ctx, st.launch.URL, 10*time.Second, st.watch()...); err != nil {
+	wait := waitHTTP
+	if grpc {
+		wait = waitGRPC
+	}
+	if err := wait(ctx, st.launch.URL, 10*time.Second, st.watch()...); err != nil {
 		return nil, fmt.Errorf("end-to-end check: %w", err)
 	}
 	return st, nil

@@ -134,7 +134,8 @@ type endpoints struct {
 	Admin       string // loadshed admin address
 	Backend     string // backend data address
 	BackendAdm  string // backend admin address
-	UpstreamURL string // http://Backend
+	BackendGRPC string // backend gRPC address (gRPC stacks only)
+	UpstreamURL string // http://Backend, or http://BackendGRPC in a gRPC stack
 }
 
 // launch is how to start a target and reach it.
