@@ -21,11 +21,11 @@ type Summary struct {
 	Schema string `json:"schema"`
 	// Script is the script that ran: smoke, overload, spike, capacity-drop, retry-storm or
 	// grpc-overload.
-	Script    string `json:"script"`
+	Script string `json:"script"`
 	// Protocol is "grpc" for a script of gRPC calls, empty for HTTP. In a gRPC run OK counts
 	// grpc-status OK, Shed counts loadshed's refusals (split in ShedByGRPCStatus, ShedByStatus
 	// stays empty) and Pushback takes the place of RetryAfter (which stays 0, its coverage nil).
-	Protocol string `json:"protocol,omitempty"`
+	Protocol  string `json:"protocol,omitempty"`
 	TargetURL string `json:"target_url"`
 	// CapacityRPS and SLOMs are the numbers the run was judged by (CAPACITY_RPS, SLO_MS).
 	CapacityRPS     float64 `json:"capacity_rps"`
