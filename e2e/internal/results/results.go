@@ -94,6 +94,12 @@ func NewRow(o criteria.Outcome, checks []criteria.Check) Row {
 		r.Shed429 = s.ShedByStatus["429"]
 		r.Shed503 = s.ShedByStatus["503"]
 		r.RetryAfterCoverage = s.RetryAfterCoverage
+		if s.Protocol == "grpc" {
+			// The gRPC forms of the same refusals and of Retry-After.
+			r.Shed429 = s.ShedByGRPCStatus["RESOURCE_EXHAUSTED"]
+			r.Shed503 = s.ShedByGRPCStatus["UNAVAILABLE"]
+			r.RetryAfterCoverage = s.PushbackCoverage
+		}
 		r.Timeouts = s.Timeouts
 		r.Unexpected = s.Unexpected
 	}
@@ -134,6 +140,14 @@ func (r *Results) Markdown() string {
 			row.Strategy, row.GoodputRPS, pct(row.GoodputRatio), num(row.AdmittedP50Ms), num(row.AdmittedP99Ms), num(row.UnloadedP99Ms),
 			pctv(row.ShedShare), row.Shed429, row.Shed503, pct(row.RetryAfterCoverage), row.Timeouts, row.Unexpected, alert,
 			cores(row.CPU, "k6"), cores(row.CPU, "loadshed"), cores(row.CPU, "app"), verdict(row.Pass, row.Checks))
+	}
+	for _, row := range r.Strategies {
+		if strings.HasPrefix(row.Strategy, criteria.GRPCPrefix) {
+			fmt.Fprintf(&b, "\nRows %s*: the strategy in front of the backend's gRPC port (2 workers x 20 ms, C = 100 calls/s), "+
+				"with unary calls from k6's gRPC module (grpc-overload.js) at the same multiples of C; their shed columns count "+
+				"RESOURCE_EXHAUSTED / UNAVAILABLE, their Retry-After column grpc-retry-pushback-ms.\n", criteria.GRPCPrefix)
+			break
+		}
 	}
 	if len(r.Steady) > 0 {
 		b.WriteString("\nPods replaced under steady load below capacity (no request may fail):\n\n")
