@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -500,7 +501,15 @@ func (s *suite) startK6(ctx context.Context, job, rel, script string, k float64,
 		{Name: "K", Value: fmt.Sprint(k)},
 		{Name: "DURATION", Value: dur.String()},
 	}
-	env = append(env, extra...)
+	for _, e := range extra {
+		// An extra variable replaces a default of the same name: duplicate names in a container's
+		// env are ambiguous to Kubernetes.
+		if i := slices.IndexFunc(env, func(d manifests.EnvVar) bool { return d.Name == e.Name }); i >= 0 {
+			env[i] = e
+		} else {
+			env = append(env, e)
+		}
+	}
 	m, err := manifests.Render("k6-job.yaml", manifests.K6Job{
 		Name: job, Namespace: namespace, Image: s.k6Image, Script: script, Env: env,
 		DeadlineSeconds: int(dur.Seconds()) + 180, LogOutput: logOutput,

@@ -10,7 +10,7 @@ import (
 	"github.com/loadshed/loadshed/e2e/manifests"
 )
 
-// grpcCapacityRPS is the capacity of a gRPC row's backend: 2 workers x 20 ms = 100 calls/s (see
+// grpcCapacityRPS is the capacity of a gRPC row's backend: 4 workers x 40 ms = 100 calls/s (see
 // e2e/values/grpc.yaml). k6's gRPC module costs more CPU per call than its HTTP requests; at 3x
 // this capacity k6 keeps its schedule on the shared 2-core node.
 const grpcCapacityRPS = 100
@@ -36,14 +36,10 @@ func (s *suite) grpcRows() []row {
 func grpcRow(strategy string) row {
 	// The k6 image holds the backend's .proto in /proto (cluster.K6Image).
 	env := []manifests.EnvVar{{Name: "CAPACITY_RPS", Value: fmt.Sprint(grpcCapacityRPS)}, {Name: "PROTO_DIR", Value: "/proto"}}
-	values := []string{strategy, "grpc"}
-	if strategy == criteria.Inflight {
-		values = append(values, "grpc-inflight")
-	}
 	return row{
 		name:     criteria.GRPCPrefix + strategy,
 		release:  release("grpc-" + strategy),
-		values:   values,
+		values:   []string{strategy, "grpc"},
 		unloaded: script{"grpc-overload.js", env},
 		overload: script{"grpc-overload.js", env},
 		judge:    criteria.JudgeGRPC,

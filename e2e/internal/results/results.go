@@ -143,7 +143,7 @@ func (r *Results) Markdown() string {
 	}
 	for _, row := range r.Strategies {
 		if strings.HasPrefix(row.Strategy, criteria.GRPCPrefix) {
-			fmt.Fprintf(&b, "\nRows %s*: the strategy in front of the backend's gRPC port (2 workers x 20 ms, C = 100 calls/s), "+
+			fmt.Fprintf(&b, "\nRows %s*: the strategy in front of the backend's gRPC port (4 workers x 40 ms, C = 100 calls/s), "+
 				"with unary calls from k6's gRPC module (grpc-overload.js) at the same multiples of C; their shed columns count "+
 				"RESOURCE_EXHAUSTED / UNAVAILABLE, their Retry-After column grpc-retry-pushback-ms.\n", criteria.GRPCPrefix)
 			break
