@@ -258,7 +258,8 @@ func (gc *grpcCaller) close() {
 // send performs one call and records it in its sample.
 func (gc *grpcCaller) send(runCtx context.Context, g *generator, j job) {
 	s := j.s
-	ctx, cancel := context.WithDeadline(runCtx, j.due.Add(g.c.Timeout))
+	deadline := j.due.Add(g.c.Timeout)
+	ctx, cancel := context.WithDeadline(runCtx, deadline)
 	defer cancel()
 	if md := toMetadata(j.req.Header); md != nil {
 		ctx = metadata.NewOutgoingContext(ctx, md)
@@ -280,8 +281,9 @@ func (gc *grpcCaller) send(runCtx context.Context, g *generator, j job) {
 	case runCtx.Err() != nil:
 		s.outcome = outcomeCanceled
 		return
-	case ctx.Err() != nil:
-		// The call's own deadline passed: grpc-go's DEADLINE_EXCEEDED, or an answer too late.
+	case ctx.Err() != nil || !end.Before(deadline):
+		// The call's own deadline passed: grpc-go's DEADLINE_EXCEEDED, or an answer too late
+		// (on a busy machine the context's timer may fire after the answer came).
 		s.outcome = outcomeTimeout
 		return
 	case !answered:
