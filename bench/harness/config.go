@@ -43,6 +43,13 @@ type Config struct {
 	MaxLateMs float64
 	// Quick marks a CI smoke run: any point that fails to start fails the whole run at once.
 	Quick bool
+	// TraceEvery, when above 0, reads every target's concurrency limit (loadshed's
+	// loadshed_limit, Envoy's adaptive concurrency_limit) at this interval during each point.
+	TraceEvery time.Duration
+
+	// fastUpstream replaces the backend with nginx answering 200 at once (the cost scenario's
+	// forwarding ceiling).
+	fastUpstream bool
 	// CommandLine is echoed in the report.
 	CommandLine string
 }
@@ -52,12 +59,17 @@ const (
 	PinNone  = "none"
 	PinProxy = "proxy"
 	PinSplit = "split"
+	// pinCost is the cost scenario's placement: backend (and load generator) on CPU 0, target
+	// on CPU 1.
+	pinCost = "cost"
 )
 
 // Binaries are the programs the harness runs.
 type Binaries struct {
 	Proxy, Backend, PlainProxy  string
 	Nginx, HAProxy, K6, Taskset string
+	// Envoy defaults to scripts/install-tools.sh envoy; Wrk (the cost scenario) to Debian's wrk.
+	Envoy, Wrk string
 }
 
 // Validate reports every problem, naming the field.
@@ -110,6 +122,8 @@ type Scenario struct {
 	Script string
 	Load   float64
 	Env    map[string]string
+	// Warmup, when above 0, runs the same script and load for this long first, unmeasured.
+	Warmup time.Duration `json:",omitempty"`
 }
 
 func (c Config) scenarios() []Scenario {

@@ -18,12 +18,33 @@ import (
 // resultFile holds a run's raw points, so the report can be rendered again (--report-from).
 const resultFile = "points.json"
 
-// Rerender reads dir/points.json of an earlier run and writes its report, CSVs and charts
-// again into dir.
+// Rerender reads dir/points.json of an earlier run (any scenario) and writes its report, CSVs
+// and charts again into dir.
 func Rerender(dir string, stdout io.Writer) error {
 	b, err := os.ReadFile(filepath.Join(dir, resultFile))
 	if err != nil {
 		return err
+	}
+	// The cost and adaptive scenarios name their kind; the peers run's file has none.
+	var kind struct{ Kind string }
+	if err := json.Unmarshal(b, &kind); err != nil {
+		return fmt.Errorf("%s: %w", resultFile, err)
+	}
+	switch kind.Kind {
+	case "cost":
+		var r CostResult
+		if err := json.Unmarshal(b, &r); err != nil {
+			return fmt.Errorf("%s: %w", resultFile, err)
+		}
+		r.Config.OutDir = dir
+		return r.writeOutputs(stdout)
+	case "adaptive":
+		var r AdaptiveResult
+		if err := json.Unmarshal(b, &r); err != nil {
+			return fmt.Errorf("%s: %w", resultFile, err)
+		}
+		r.Config.OutDir = dir
+		return r.writeOutputs(stdout)
 	}
 	var r Result
 	if err := json.Unmarshal(b, &r); err != nil {
