@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the project's pinned tools into ${LOADSHED_CACHE:-$HOME/.cache/loadshed}/bin.
 #
-#   scripts/install-tools.sh [kind] [k6] [helm] [envoy]    (kind, k6 and helm by default)
+#   scripts/install-tools.sh [kind] [k6] [helm] [envoy]    (all four by default)
 #
 # kind and k6 are built from the Go module proxy with CGO_ENABLED=0, so the binaries are static
 # (k6 also goes into a FROM scratch image). helm is built by scripts/install-helm.sh when that
@@ -108,7 +108,7 @@ install_envoy() {
 tools=("$@")
 explicit=1
 if [[ ${#tools[@]} -eq 0 ]]; then
-	tools=(kind k6 helm)
+	tools=(kind k6 helm envoy)
 	explicit=0
 fi
 for t in "${tools[@]}"; do
