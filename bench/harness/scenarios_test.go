@@ -449,3 +449,29 @@ func TestAdaptiveReport(t *testing.T) {
 		t.Error("adaptive report rendered from points.json differs from the original")
 	}
 }
+
+// A target's sidecar is watched, measured with the target and stopped with it.
+func TestStackCountsTheSidecar(t *testing.T) {
+	dir := t.TempDir()
+	start := func(name string) *proc {
+		p, err := startProc(name, "sleep", []string{"30"}, nil, filepath.Join(dir, name+".log"), "", -1, false)
+		if err != nil {
+			t.Skip("no sleep:", err)
+		}
+		return p
+	}
+	st := &stack{backend: start("backend"), target: start("target"), sidecar: start("sidecar")}
+	defer st.stop()
+	if got := len(st.watch()); got != 3 {
+		t.Fatalf("watching %d processes, want backend, sidecar and target", got)
+	}
+	if u := st.usage(); u.Procs != 2 || u.PeakRSS <= 0 {
+		t.Fatalf("usage %+v, want the target and its sidecar", u)
+	}
+	st.stop()
+	for _, p := range st.watch() {
+		if p.exited() == nil {
+			t.Errorf("%s still running after stop", p.name)
+		}
+	}
+}
