@@ -869,7 +869,11 @@ func (r *CostResult) readmeTable(w *strings.Builder) {
 			ceil = fmt.Sprintf("%.0f", ceilSt.Median)
 		}
 		cpu := r.costStat(t.Name, PhaseRate, cpuUs).Median
-		fmt.Fprintf(w, "| %s | %s | %s | %s us | %s | %s / %s |\n", t.Name, ceil, fmtRatio(ceilSt.Median, envoy), fmtNum(cpu, "us"), fmtRatio(cpu, plain),
+		cpuText := "n/a"
+		if !math.IsNaN(cpu) {
+			cpuText = fmtNum(cpu, "us") + " us"
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s / %s |\n", t.Name, ceil, fmtRatio(ceilSt.Median, envoy), cpuText, fmtRatio(cpu, plain),
 			fmtNum(r.addedOverDirect(t.Name, p50Ms).Median, "ms"), fmtNum(r.addedOverDirect(t.Name, p99Ms).Median, "ms"))
 	}
 }
