@@ -421,7 +421,8 @@ func (r *AdaptiveResult) limitChart(path string, ci int) error {
 		p.Y.Label.Text = "concurrency limit"
 		p.Add(plotter.NewGrid())
 		p.Legend.Top = true
-		maxT, maxY, start := 0.0, float64(cs.Workers), math.NaN()
+		p.Legend.TextStyle.Font.Size = vg.Points(9)
+		maxT, maxY, start, entries := 0.0, float64(cs.Workers), math.NaN(), 2
 		for i, t := range r.Targets {
 			pt, ok := r.firstTrace(t.Name, run.Scenario.Name)
 			if !ok {
@@ -444,6 +445,7 @@ func (r *AdaptiveResult) limitChart(path string, ci int) error {
 			line.Width = vg.Points(1.2)
 			p.Add(line)
 			p.Legend.Add(t.Name, line)
+			entries++
 		}
 		if maxT == 0 {
 			continue
@@ -464,7 +466,8 @@ func (r *AdaptiveResult) limitChart(path string, ci int) error {
 			p.Add(mark)
 			p.Legend.Add("measurement starts", mark)
 		}
-		p.X.Min, p.Y.Min, p.Y.Max = 0, 0, maxY*1.05
+		// Headroom above the lines for the legend (top right), one band per entry.
+		p.X.Min, p.Y.Min, p.Y.Max = 0, 0, maxY*(1.1+0.085*float64(entries))
 		panels = append(panels, p)
 	}
 	if len(panels) == 0 {
