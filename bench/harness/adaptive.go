@@ -36,8 +36,11 @@ const (
 // AdaptiveConfig is one run of the adaptive scenario. The embedded Config gives the shared
 // settings; its Backend fixes the capacity C = Workers/Service that every case keeps (a case of
 // W workers serves in W/C), and its SLO is scaled with the service time (SLO x S/Service).
+// With FixedService, every case serves in Backend.Service instead, with the SLO as given, and
+// its capacity W/Service grows with W (and so do the offered rates).
 type AdaptiveConfig struct {
 	Config
+	FixedService bool `json:",omitempty"`
 	// Workers are the backend sizes W, one case each (per service shape).
 	Workers []int
 	// Services are the service time shapes (ServiceConstant, ServiceSlowTail).
@@ -88,6 +91,9 @@ func (c AdaptiveConfig) cases() ([]AdaptiveCase, error) {
 	for _, w := range c.Workers {
 		s := time.Duration(float64(w) / capacity * float64(time.Second)).Round(time.Microsecond)
 		slo := time.Duration(float64(c.SLO) * float64(s) / float64(c.Backend.Service)).Round(time.Millisecond)
+		if c.FixedService {
+			s, slo = c.Backend.Service, c.SLO
+		}
 		for _, shape := range c.Services {
 			b := Backend{Workers: w, Service: s, SlowTail: shape == ServiceSlowTail}
 			l, err := DeriveLimits(b, slo)
@@ -303,8 +309,12 @@ func (r *AdaptiveResult) markdown(w *strings.Builder) {
 	fmt.Fprintf(w, "Command: `%s`  \n", c.CommandLine)
 	fmt.Fprintf(w, "Run: %s, %s, %d CPUs, %s elapsed; %d repeat(s), targets interleaved and rotated; medians of valid repeats.  \n",
 		r.Started.UTC().Format(time.RFC3339), runtime.GOOS+"/"+runtime.GOARCH, runtime.NumCPU(), r.Elapsed.Round(time.Second), c.Repeats)
-	fmt.Fprintf(w, "Backends: capacity C = %.0f rps in every case, W workers serving in W/C; constant service, or slow-tail (the project's slow-tail model scaled to the service time: stddev S/4, 1%% of requests in an exponential tail of mean 15 S clamped to [5 S, 100 S], which takes about an eighth of C). SLO %s at S = %s, scaled with S; client timeout %s. Each point: %s of the same load unmeasured (warm-up), then %s measured; fresh backend and target per point. Limits traced every %s (loadshed: `loadshed_limit` on /metrics; Envoy: the gradient controller's `concurrency_limit` on its admin /stats). Nobody is told the capacity.\n\n",
-		c.Backend.CapacityRPS(), c.SLO, c.Backend.Service, c.ClientTimeout, c.Warmup, c.PointDuration, c.TraceEvery)
+	backends := fmt.Sprintf("capacity C = %.0f rps in every case, W workers serving in S = W/C (W and S grow together); SLO %s at S = %s, scaled with S", c.Backend.CapacityRPS(), c.SLO, c.Backend.Service)
+	if c.FixedService {
+		backends = fmt.Sprintf("service time S = %s in every case, capacity C = W/S (the offered rates grow with W); SLO %s", c.Backend.Service, c.SLO)
+	}
+	fmt.Fprintf(w, "Backends: %s; constant service, or slow-tail (the project's slow-tail model scaled to the service time: stddev S/4, 1%% of requests in an exponential tail of mean 15 S clamped to [5 S, 100 S], which takes about an eighth of C); client timeout %s. Each point: %s of the same load unmeasured (warm-up), then %s measured; fresh backend and target per point. Limits traced every %s (loadshed: `loadshed_limit` on /metrics; Envoy: the gradient controller's `concurrency_limit` on its admin /stats). Nobody is told the capacity.\n\n",
+		backends, c.ClientTimeout, c.Warmup, c.PointDuration, c.TraceEvery)
 
 	fmt.Fprintf(w, "| target | settings |\n|---|---|\n")
 	for _, t := range r.Targets {
@@ -335,7 +345,7 @@ func (r *AdaptiveResult) markdown(w *strings.Builder) {
 
 	cols := []string{"goodput_ratio", "admitted_p50_ms", "admitted_p99_ms", "admitted_p999_ms", "shed_share", "timeout_share"}
 	for ci, cs := range r.Cases {
-		fmt.Fprintf(w, "## W = %d, %s service (S = %s, SLO %s)\n\n", cs.Workers, cs.Service, cs.Backend.Service, cs.SLO)
+		fmt.Fprintf(w, "## W = %d, %s service (S = %s, C = %.0f rps, SLO %s)\n\n", cs.Workers, cs.Service, cs.Backend.Service, cs.Limits.CapacityRPS, cs.SLO)
 		fmt.Fprintf(w, "Mean limit: the traced limit averaged over the measured run (W = %d is what the backend serves at once).\n\n", cs.Workers)
 		fmt.Fprintf(w, "![limit over time](limit-%s.png)\n\n", cs.Name)
 		fmt.Fprintf(w, "| load | target | valid | goodput/C | p50 ms | p99 ms | p99.9 ms | shed | timeouts | mean limit |\n|---|---|---|---|---|---|---|---|---|---|\n")

@@ -219,6 +219,13 @@ func TestAdaptiveCasesKeepTheCapacity(t *testing.T) {
 	if !cs[3].Backend.SlowTail || cs[2].Backend.SlowTail {
 		t.Fatal("service shapes swapped")
 	}
+	cfg.FixedService = true
+	if cs, err = cfg.cases(); err != nil {
+		t.Fatal(err)
+	}
+	if w16 := cs[2]; w16.Backend.Service != 40*time.Millisecond || w16.SLO != 100*time.Millisecond || w16.Limits.CapacityRPS != 400 {
+		t.Fatalf("W=16 case with a fixed service time %+v", w16)
+	}
 	bad := AdaptiveConfig{Workers: []int{0}, Services: []string{"bursty"}, Warmup: -time.Second}
 	err = bad.Validate()
 	for _, want := range []string{"Workers", "Services", "Warmup", "RepoRoot"} {
