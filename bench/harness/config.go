@@ -9,16 +9,17 @@ import (
 // Config is one harness run.
 type Config struct {
 	// RepoRoot is the repository checkout (for go build, the k6 scripts and install-tools.sh).
-	RepoRoot string
+	// Paths on the machine that ran are left out of points.json.
+	RepoRoot string `json:"-"`
 	// OutDir receives report.md, points.csv, summary.csv, the charts and the raw k6 summaries.
-	OutDir string
+	OutDir string `json:"-"`
 	// WorkDir holds generated configs and logs; empty: a new temporary directory, removed at
 	// the end unless KeepWork is set.
-	WorkDir  string
+	WorkDir  string `json:"-"`
 	KeepWork bool
 
 	// Binaries; an empty path is built (Go binaries) or looked up / installed (peers, k6).
-	Bins Binaries
+	Bins Binaries `json:"-"`
 	// InstallPeers lets the harness apt-get install nginx and HAProxy when they are missing.
 	InstallPeers bool
 

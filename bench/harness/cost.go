@@ -34,9 +34,10 @@ const (
 
 // CostConfig is one run of the cost scenario.
 type CostConfig struct {
-	RepoRoot, OutDir, WorkDir string
+	// Paths on the machine that ran are left out of points.json.
+	RepoRoot, OutDir, WorkDir string `json:"-"`
 	KeepWork                  bool
-	Bins                      Binaries
+	Bins                      Binaries `json:"-"`
 	InstallPeers              bool
 	// Targets selects among CostTargets by comma-separated name prefixes ("" = all).
 	Targets string
