@@ -2,7 +2,6 @@ package harness
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -162,21 +161,8 @@ func RunAdaptive(ctx context.Context, cfg AdaptiveConfig, stdout, stderr io.Writ
 	root := os.Geteuid() == 0
 	pinned := cfg.Pin != PinNone && bins.Taskset != "" && runtime.NumCPU() >= 2
 	res := &AdaptiveResult{Kind: "adaptive", Config: cfg, Cases: cases, Started: time.Now()}
-	for _, t := range targets {
-		if t.Kind == KindLoadshed {
-			if reason := checkStrategy(ctx, bins.Proxy, t, cases[0].Limits, work); reason != "" {
-				if cfg.Quick {
-					return nil, fmt.Errorf("%s: %s", t.Name, reason)
-				}
-				logf("skipping %s: %s", t.Name, reason)
-				res.Skipped = append(res.Skipped, Skipped{t.Name, reason})
-				continue
-			}
-		}
-		res.Targets = append(res.Targets, t)
-	}
-	if len(res.Targets) == 0 {
-		return nil, errors.New("no target left to run")
+	if res.Targets, res.Skipped, err = acceptedTargets(ctx, targets, bins.Proxy, cases[0].Limits, work, cfg.Quick, logf); err != nil {
+		return nil, err
 	}
 	for i, c := range cases {
 		for _, l := range cfg.Loads {
@@ -223,13 +209,7 @@ func RunAdaptive(ctx context.Context, cfg AdaptiveConfig, stdout, stderr io.Writ
 		}
 	}
 	res.Elapsed = time.Since(res.Started)
-	if err := res.writeOutputs(stdout); err != nil {
-		return res, err
-	}
-	if len(failures) > 0 {
-		return res, fmt.Errorf("%d point(s) failed:\n  %s", len(failures), strings.Join(failures, "\n  "))
-	}
-	return res, nil
+	return res, finishRun(func() error { return res.writeOutputs(stdout) }, failures)
 }
 
 // meanLimit is the mean of the trace over the measured run (after the warm-up); NaN without
@@ -369,35 +349,14 @@ func (r *AdaptiveResult) markdown(w *strings.Builder) {
 		w.WriteString("\n")
 	}
 
-	var bad []string
-	for _, p := range r.Points {
-		switch {
-		case p.Err != "":
-			bad = append(bad, fmt.Sprintf("- %s %s repeat %d: FAILED: %s", p.Target, p.Scenario, p.Repeat, firstLine(p.Err)))
-		case !p.Summary.Valid:
-			bad = append(bad, fmt.Sprintf("- %s %s repeat %d: INVALID: %s", p.Target, p.Scenario, p.Repeat, p.Summary.InvalidReason))
-		}
-	}
-	if len(bad) > 0 {
-		fmt.Fprintf(w, "## Points not used\n\n%s\n\n", strings.Join(bad, "\n"))
-	}
+	pointsNotUsed(w, r.Points)
 }
 
 func (r *AdaptiveResult) writeOutputs(stdout io.Writer) error {
 	dir := r.Config.OutDir
-	raw, err := json.MarshalIndent(r, "", " ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, resultFile), raw, 0o644); err != nil {
-		return err
-	}
 	var md strings.Builder
 	r.markdown(&md)
-	if err := os.WriteFile(filepath.Join(dir, "report.md"), []byte(md.String()), 0o644); err != nil {
-		return err
-	}
-	if _, err := io.WriteString(stdout, md.String()); err != nil {
+	if err := writeReport(dir, r, md.String(), stdout); err != nil {
 		return err
 	}
 	rr := r.result()

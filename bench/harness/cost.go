@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/csv"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -231,13 +230,7 @@ func RunCost(ctx context.Context, cfg CostConfig, stdout, stderr io.Writer) (*Co
 		}
 	}
 	res.Elapsed = time.Since(res.Started)
-	if err := res.writeOutputs(stdout); err != nil {
-		return res, err
-	}
-	if len(failures) > 0 {
-		return res, fmt.Errorf("%d point(s) failed:\n  %s", len(failures), strings.Join(failures, "\n  "))
-	}
-	return res, nil
+	return res, finishRun(func() error { return res.writeOutputs(stdout) }, failures)
 }
 
 // workDir returns dir (created) or a new temporary directory, and what to call at the end.
@@ -313,22 +306,19 @@ func runCeiling(ctx context.Context, cfg CostConfig, base Config, l Limits, t Ta
 			return p
 		}
 	}
-	before, upBefore, cpuBefore := st.usage(), treeUsage(st.backend.pid()), readCPUTimes()
-	w, err := wrk(cfg.CeilingDuration, "wrk.log")
-	after, upAfter, cpuAfter := st.usage(), treeUsage(st.backend.pid()), readCPUTimes()
+	var w wrkResult
+	m, err := measure(st, func() (time.Duration, error) {
+		var err error
+		w, err = wrk(cfg.CeilingDuration, "wrk.log")
+		return w.CPU, err
+	})
 	if err != nil {
-		p.Err = err.Error()
-		return p
-	}
-	if err := stackExited(st); err != nil {
 		p.Err = err.Error()
 		return p
 	}
 	p.Requests, p.Served, p.Errors, p.Seconds = w.Requests, w.Requests-w.Non2xx, w.SocketErrors, w.Seconds
 	p.P50Ms, p.P99Ms = orZero(w.P50Ms), orZero(w.P99Ms)
-	p.CPUNanos = after.CPUNanos - before.CPUNanos
-	p.LoadBusy, p.ProxyBusy = orZero(busyShare(cpuBefore, cpuAfter, 0)), orZero(busyShare(cpuBefore, cpuAfter, 1))
-	p.LoadOwn = orZero((float64(w.CPU.Nanoseconds()) + float64(upAfter.CPUNanos-upBefore.CPUNanos)) / 1e9 / p.Seconds)
+	m.apply(&p)
 	p.Invalid = loadCoreVerdict(p.LoadBusy, cfg.BusyLimit)
 	if p.Invalid == "" && p.Requests == 0 {
 		p.Invalid = "no request answered"
@@ -359,14 +349,10 @@ func runRate(ctx context.Context, cfg CostConfig, base Config, l Limits, t Targe
 		}
 	}
 	summaryPath := filepath.Join(cfg.OutDir, "k6", name+".json")
-	before, upBefore, cpuBefore := st.usage(), treeUsage(st.backend.pid()), readCPUTimes()
-	k6CPU, err := runK6CPU(ctx, base, l, base.Bins, 0, sc, st.launch.URL, summaryPath, filepath.Join(dir, "k6.log"))
-	after, upAfter, cpuAfter := st.usage(), treeUsage(st.backend.pid()), readCPUTimes()
+	m, err := measure(st, func() (time.Duration, error) {
+		return runK6CPU(ctx, base, l, base.Bins, 0, sc, st.launch.URL, summaryPath, filepath.Join(dir, "k6.log"))
+	})
 	if err != nil {
-		p.Err = err.Error()
-		return p
-	}
-	if err := stackExited(st); err != nil {
 		p.Err = err.Error()
 		return p
 	}
@@ -378,13 +364,7 @@ func runRate(ctx context.Context, cfg CostConfig, base Config, l Limits, t Targe
 	p.Summary = s
 	p.Requests, p.Served, p.Errors, p.Seconds = s.Requests, s.OK, s.Timeouts+s.Unexpected, s.DurationS
 	p.P50Ms, p.P99Ms = orZero(v(s.AdmittedMs.P50)), orZero(v(s.AdmittedMs.P99))
-	if st.target != nil {
-		p.CPUNanos = after.CPUNanos - before.CPUNanos
-	}
-	p.LoadBusy, p.ProxyBusy = orZero(busyShare(cpuBefore, cpuAfter, 0)), orZero(busyShare(cpuBefore, cpuAfter, 1))
-	if p.Seconds > 0 {
-		p.LoadOwn = orZero((float64(k6CPU.Nanoseconds()) + float64(upAfter.CPUNanos-upBefore.CPUNanos)) / 1e9 / p.Seconds)
-	}
+	m.apply(&p)
 	switch {
 	case !s.Valid:
 		p.Invalid = s.InvalidReason
@@ -402,13 +382,42 @@ func orZero(x float64) float64 {
 	return x
 }
 
-func stackExited(st *stack) error {
+// measurement is what a load run cost: the target's CPU, the load side's (the load generator's
+// and the upstream's) and the busy shares of both cores.
+type measurement struct {
+	targetCPU, loadCPU  time.Duration
+	loadBusy, proxyBusy float64
+}
+
+// measure runs the load, which returns the CPU the load generator used, and reads the target,
+// the upstream and both cores around it. It fails when the load failed or a server exited.
+func measure(st *stack, load func() (time.Duration, error)) (measurement, error) {
+	before, upBefore, cpuBefore := st.usage(), treeUsage(st.backend.pid()), readCPUTimes()
+	genCPU, err := load()
+	after, upAfter, cpuAfter := st.usage(), treeUsage(st.backend.pid()), readCPUTimes()
+	if err != nil {
+		return measurement{}, err
+	}
 	for _, w := range st.watch() {
 		if err := w.exited(); err != nil {
-			return err
+			return measurement{}, err
 		}
 	}
-	return nil
+	return measurement{
+		targetCPU: time.Duration(after.CPUNanos - before.CPUNanos),
+		loadCPU:   genCPU + time.Duration(upAfter.CPUNanos-upBefore.CPUNanos),
+		loadBusy:  busyShare(cpuBefore, cpuAfter, 0),
+		proxyBusy: busyShare(cpuBefore, cpuAfter, 1),
+	}, nil
+}
+
+// apply sets the point's CPU and core figures; p.Seconds must be set.
+func (m measurement) apply(p *CostPoint) {
+	p.CPUNanos = m.targetCPU.Nanoseconds()
+	p.LoadBusy, p.ProxyBusy = orZero(m.loadBusy), orZero(m.proxyBusy)
+	if p.Seconds > 0 {
+		p.LoadOwn = orZero(m.loadCPU.Seconds() / p.Seconds)
+	}
 }
 
 func loadCoreVerdict(busy, limit float64) string {
@@ -456,29 +465,12 @@ func startFastUpstream(ctx context.Context, bins Binaries, dir, addr string, cpu
 }
 
 func fastUpstreamConfig(dir, addr string) string {
-	tmp := filepath.Join(dir, "tmp")
-	return fmt.Sprintf(`# generated by bench: the cost scenario's upstream, answering 200 at once
-worker_processes 1;
-daemon off;
-pid %[1]s/nginx.pid;
-error_log %[1]s/logs/error.log warn;
-worker_rlimit_nofile 16384;
-events { worker_connections 8192; }
-http {
-  access_log off;
-  client_body_temp_path %[2]s/body;
-  proxy_temp_path %[2]s/proxy;
-  fastcgi_temp_path %[2]s/fastcgi;
-  uwsgi_temp_path %[2]s/uwsgi;
-  scgi_temp_path %[2]s/scgi;
-  keepalive_timeout 120s;
-  keepalive_requests 1000000;
-  server {
-    listen %[3]s;
+	return nginxHead("the cost scenario's upstream, answering 200 at once", dir) + fmt.Sprintf(`  server {
+    listen %s;
     location / { return 200 "ok\n"; }
   }
 }
-`, dir, tmp, addr)
+`, addr)
 }
 
 // wrkResult is what the harness reads from wrk's report.
@@ -881,24 +873,13 @@ func (r *CostResult) readmeTable(w *strings.Builder) {
 
 func (r *CostResult) writeOutputs(stdout io.Writer) error {
 	dir := r.Config.OutDir
-	raw, err := json.MarshalIndent(r, "", " ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, resultFile), raw, 0o644); err != nil {
-		return err
-	}
-	var md strings.Builder
+	var md, tbl strings.Builder
 	r.markdown(&md)
-	if err := os.WriteFile(filepath.Join(dir, "report.md"), []byte(md.String()), 0o644); err != nil {
-		return err
-	}
-	var tbl strings.Builder
 	r.readmeTable(&tbl)
 	if err := os.WriteFile(filepath.Join(dir, "readme-table.md"), []byte(tbl.String()), 0o644); err != nil {
 		return err
 	}
-	if _, err := io.WriteString(stdout, md.String()); err != nil {
+	if err := writeReport(dir, r, md.String(), stdout); err != nil {
 		return err
 	}
 	f, err := os.Create(filepath.Join(dir, "points.csv"))

@@ -102,25 +102,8 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (*Result, er
 		logf("not pinning: needs taskset and two CPUs")
 	}
 
-	// Leave out loadshed strategies the proxy does not accept yet.
-	for _, t := range targets {
-		if t.Kind != KindLoadshed {
-			res.Targets = append(res.Targets, t)
-			continue
-		}
-		if reason := checkStrategy(ctx, bins.Proxy, t, limits, work); reason != "" {
-			if cfg.Quick {
-				// CI's targets are strategies the proxy must have: a rejection is a failure.
-				return nil, fmt.Errorf("%s: %s", t.Name, reason)
-			}
-			logf("skipping %s: %s", t.Name, reason)
-			res.Skipped = append(res.Skipped, Skipped{t.Name, reason})
-			continue
-		}
-		res.Targets = append(res.Targets, t)
-	}
-	if len(res.Targets) == 0 {
-		return nil, errors.New("no target left to run")
+	if res.Targets, res.Skipped, err = acceptedTargets(ctx, targets, bins.Proxy, limits, work, cfg.Quick, logf); err != nil {
+		return nil, err
 	}
 
 	var failures []string
@@ -157,13 +140,18 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (*Result, er
 		}
 	}
 	res.Elapsed = time.Since(res.Started)
-	if err := writeOutputs(res, stdout); err != nil {
-		return res, err
+	return res, finishRun(func() error { return writeOutputs(res, stdout) }, failures)
+}
+
+// finishRun writes a run's outputs, then reports the points that failed, if any.
+func finishRun(write func() error, failures []string) error {
+	if err := write(); err != nil {
+		return err
 	}
 	if len(failures) > 0 {
-		return res, fmt.Errorf("%d point(s) failed:\n  %s", len(failures), strings.Join(failures, "\n  "))
+		return fmt.Errorf("%d point(s) failed:\n  %s", len(failures), strings.Join(failures, "\n  "))
 	}
-	return res, nil
+	return nil
 }
 
 func rotate(ts []Target, k int) []Target {
@@ -358,6 +346,30 @@ func installTool(ctx context.Context, repo, name string, logf func(string, ...an
 		}
 	}
 	return "", fmt.Errorf("scripts/install-tools.sh %s printed no %s=PATH line", name, name)
+}
+
+// acceptedTargets leaves out the loadshed strategies the proxy does not accept yet (with quick,
+// CI's run, such a strategy is an error: its targets are strategies the proxy must have).
+func acceptedTargets(ctx context.Context, targets []Target, proxy string, l Limits, work string, quick bool, logf func(string, ...any)) ([]Target, []Skipped, error) {
+	var kept []Target
+	var skipped []Skipped
+	for _, t := range targets {
+		if t.Kind == KindLoadshed {
+			if reason := checkStrategy(ctx, proxy, t, l, work); reason != "" {
+				if quick {
+					return nil, nil, fmt.Errorf("%s: %s", t.Name, reason)
+				}
+				logf("skipping %s: %s", t.Name, reason)
+				skipped = append(skipped, Skipped{t.Name, reason})
+				continue
+			}
+		}
+		kept = append(kept, t)
+	}
+	if len(kept) == 0 {
+		return nil, nil, errors.New("no target left to run")
+	}
+	return kept, skipped, nil
 }
 
 // checkStrategy runs proxy --check-config on the strategy's config; it returns why the proxy

@@ -362,7 +362,7 @@ func TestCostReport(t *testing.T) {
 	var md strings.Builder
 	r.markdown(&md)
 	out := md.String()
-	for _, want := range []string{
+	mustContain(t, "cost report", out,
 		"| loadshed/none | 2/2 | 10000 | 1.25 | n/a | 0% |",
 		"| nginx/proxy | 0/2 | INVALID (30000 rps measured) |",
 		"| loadshed/none | 2/2 | 250.0 | 0.89 | 2.50 | 0.20 | 1.00 |",
@@ -371,27 +371,38 @@ func TestCostReport(t *testing.T) {
 		"| added p99 at the fixed rate <= 1 ms | none | 1.00 | PASS |",
 		"| loadshed/none | 10000 | 1.25 | 250.0 us | 0.89 | 0.20 / 1.00 |",
 		"INVALID: load core 95% busy (limit 90%)",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("cost report lacks %q:\n%s", want, out)
-		}
-	}
+	)
 	dir := t.TempDir()
 	r.Config.OutDir = dir
 	if err := r.writeOutputs(&strings.Builder{}); err != nil {
 		t.Fatal(err)
 	}
+	mustRerender(t, dir, out, "report.md", "points.csv", "readme-table.md")
+}
+
+func mustContain(t *testing.T, what, out string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
+		if !strings.Contains(out, want) {
+			t.Errorf("%s lacks %q:\n%s", what, want, out)
+		}
+	}
+}
+
+// mustRerender checks that dir holds the files and that --report-from renders the same report.
+func mustRerender(t *testing.T, dir, report string, files ...string) {
+	t.Helper()
+	for _, f := range files {
+		if fi, err := os.Stat(filepath.Join(dir, f)); err != nil || fi.Size() == 0 {
+			t.Errorf("%s not written: %v", f, err)
+		}
+	}
 	var again strings.Builder
 	if err := Rerender(dir, &again); err != nil {
 		t.Fatal(err)
 	}
-	if again.String() != out {
-		t.Error("cost report rendered from points.json differs from the original")
-	}
-	for _, f := range []string{"points.csv", "readme-table.md"} {
-		if fi, err := os.Stat(filepath.Join(dir, f)); err != nil || fi.Size() == 0 {
-			t.Errorf("%s not written: %v", f, err)
-		}
+	if again.String() != report {
+		t.Error("the report rendered from points.json differs from the original")
 	}
 }
 
@@ -427,34 +438,19 @@ func TestAdaptiveReport(t *testing.T) {
 	var md strings.Builder
 	r.markdown(&md)
 	out := md.String()
-	for _, want := range []string{
+	mustContain(t, "adaptive report", out,
 		"| 8 | constant | 2x | 0.970 | 0.960 | 1.01 | 50.0 | 48.0 | 1.04 | PASS |",
 		"| 8 | constant | 5x | 0.950 | 0.960 | 0.99 | 60.0 | 45.0 | 1.33 | FAIL |",
 		"1 of 2 judged points PASS",
 		"| 5x | envoy/adaptive_concurrency | 1/1 | 0.960 | 22.5 | 45.0 | 46.0 | 0.000 | 0.000 | 8.7 |",
 		"![limit over time](limit-w8-constant.png)",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("adaptive report lacks %q:\n%s", want, out)
-		}
-	}
+	)
 	dir := t.TempDir()
 	r.Config.OutDir = dir
 	if err := r.writeOutputs(&strings.Builder{}); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{"report.md", "points.csv", "summary.csv", "limit-w8-constant.png"} {
-		if fi, err := os.Stat(filepath.Join(dir, f)); err != nil || fi.Size() == 0 {
-			t.Errorf("%s not written: %v", f, err)
-		}
-	}
-	var again strings.Builder
-	if err := Rerender(dir, &again); err != nil {
-		t.Fatal(err)
-	}
-	if again.String() != out {
-		t.Error("adaptive report rendered from points.json differs from the original")
-	}
+	mustRerender(t, dir, out, "report.md", "points.csv", "summary.csv", "limit-w8-constant.png")
 }
 
 // A target's sidecar is watched, measured with the target and stopped with it.
