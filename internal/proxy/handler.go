@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -47,7 +46,7 @@ func newHandler(g *gate.Gate, cfg *config.Config, log *slog.Logger) *handler {
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	grpc := isGRPC(r.Header.Get("Content-Type"))
+	grpc := gate.IsGRPC(r.Header.Get("Content-Type"))
 	door := metrics.DoorHTTP
 	if grpc {
 		door = metrics.DoorGRPC
@@ -172,14 +171,7 @@ func (h *handler) bodyFailed(w http.ResponseWriter, r *http.Request, door string
 // matching grpc-status.
 func (h *handler) clientError(w http.ResponseWriter, code int, msg string, grpc bool) {
 	if grpc {
-		g := grpcInvalidArgument
-		switch code {
-		case http.StatusRequestTimeout:
-			g = grpcDeadlineExceeded
-		case http.StatusRequestEntityTooLarge:
-			g = grpcResourceExhausted
-		}
-		writeGRPCStatus(w, g, msg, "", "")
+		writeGRPCStatus(w, gate.ClientGRPCCode(code), msg, "", "")
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -209,15 +201,11 @@ func (h *handler) refuse(w http.ResponseWriter, err error, grpc bool) {
 	var bad *gate.ClientError
 	switch {
 	case errors.As(err, &rej) && grpc:
-		writeGRPCStatus(w, rej.GRPCCode, "loadshed: "+string(rej.Reason), rej.PushbackMillis(), string(rej.Reason))
+		writeGRPCStatus(w, rej.GRPCCode, rej.GRPCMessage(), rej.PushbackMillis(), string(rej.Reason))
 	case errors.As(err, &rej):
 		hdr := w.Header()
-		hdr.Set("Content-Type", "text/plain; charset=utf-8")
-		hdr.Set("X-Content-Type-Options", "nosniff")
-		hdr.Set("Cache-Control", "no-store")
-		hdr.Set("X-Loadshed-Reason", string(rej.Reason))
-		if v := rej.RetryAfterHeader(); v != "" {
-			hdr.Set("Retry-After", v)
+		for _, f := range rej.Headers(false) {
+			hdr.Set(f.Name, f.Value)
 		}
 		w.WriteHeader(rej.Status)
 		fmt.Fprintf(w, "%d %s: %s\n", rej.Status, http.StatusText(rej.Status), rej.Reason)
@@ -225,7 +213,7 @@ func (h *handler) refuse(w http.ResponseWriter, err error, grpc bool) {
 		h.clientError(w, http.StatusRequestEntityTooLarge, bad.Error(), grpc)
 	case errors.As(err, &bad):
 		if grpc {
-			writeGRPCStatus(w, grpcInvalidArgument, bad.Error(), "", "")
+			writeGRPCStatus(w, gate.GRPCInvalidArgument, bad.Error(), "", "")
 			return
 		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -261,20 +249,14 @@ func (h *handler) newReverseProxy(transport http.RoundTripper) *httputil.Reverse
 				pr.Out.Host = pr.In.Host
 			}
 			if pass := gate.PassFrom(pr.In.Context()); pass != nil {
-				for _, name := range pass.StripHeaders() {
+				// The admission headers go; the remaining deadline is forwarded, so the upstream
+				// can give up in time too.
+				remove, set := pass.Forward(time.Now())
+				for _, name := range remove {
 					pr.Out.Header.Del(name)
 				}
-				now := time.Now()
-				pass.Forwarding(now)
-				if dl := pass.ClientDeadline(); !dl.IsZero() {
-					// Forward the remaining deadline, so the upstream can give up in time too.
-					left := max(dl.Sub(now), time.Millisecond).Truncate(time.Millisecond)
-					if name := pass.TimeoutHeader(); name != "" {
-						pr.Out.Header.Set(name, left.String())
-					}
-					if pass.GRPCTimeout() {
-						pr.Out.Header.Set("Grpc-Timeout", strconv.FormatInt(left.Milliseconds(), 10)+"m")
-					}
+				for _, f := range set {
+					pr.Out.Header.Set(f.Name, f.Value)
 				}
 			}
 		},
@@ -285,13 +267,13 @@ func (h *handler) newReverseProxy(transport http.RoundTripper) *httputil.Reverse
 				return nil
 			}
 			now := time.Now()
-			if isGRPC(res.Request.Header.Get("Content-Type")) && res.StatusCode == http.StatusOK {
+			if gate.IsGRPC(res.Request.Header.Get("Content-Type")) && res.StatusCode == http.StatusOK {
 				// A gRPC call ends with its grpc-status: in the headers of a trailers-only answer,
 				// else in the trailers after the last message.
 				pass.Responded(res.StatusCode, now, pass.Streaming())
 				switch {
 				case res.Header.Get("Grpc-Status") != "":
-					pass.CallEnded(grpcStatusOf(res.Header.Get("Grpc-Status")), now)
+					pass.CallEnded(gate.GRPCStatus(res.Header.Get("Grpc-Status")), now)
 				case pass.Streaming():
 					pass.Complete()
 				default:
@@ -301,7 +283,7 @@ func (h *handler) newReverseProxy(transport http.RoundTripper) *httputil.Reverse
 			}
 			// Upgrades (WebSocket) and event streams are streams: their permit goes back as they
 			// start, and their duration is no sample.
-			stream := pass.Streaming() || res.StatusCode == http.StatusSwitchingProtocols || isStream(res.Header.Get("Content-Type"))
+			stream := pass.Streaming() || res.StatusCode == http.StatusSwitchingProtocols || gate.IsEventStream(res.Header.Get("Content-Type"))
 			pass.Responded(res.StatusCode, now, stream)
 			switch {
 			case stream:
@@ -320,14 +302,14 @@ func (h *handler) newReverseProxy(transport http.RoundTripper) *httputil.Reverse
 					pass.Failed(outcome, status)
 				}
 			}
-			grpc := isGRPC(r.Header.Get("Content-Type"))
+			grpc := gate.IsGRPC(r.Header.Get("Content-Type"))
 			if r.Context().Err() != nil && !errors.Is(r.Context().Err(), context.DeadlineExceeded) {
 				// The client went away, or its body stopped at server.readTimeout (net/http cancels
 				// the context on a read error). A departed client never sees this answer; a slow
 				// one must not get the empty 200 net/http would send if nothing were written.
 				fail(metrics.OutcomeCanceled, 0)
 				if grpc {
-					writeGRPCStatus(w, grpcCanceled, "request canceled", "", "")
+					writeGRPCStatus(w, gate.GRPCCanceled, "request canceled", "", "")
 					return
 				}
 				w.Header().Set("Connection", "close")
@@ -365,9 +347,9 @@ func (h *handler) newReverseProxy(transport http.RoundTripper) *httputil.Reverse
 			h.log.Debug("upstream failed", "err", err, "status", code)
 			if grpc {
 				// Never confused with a shed: no pushback, no X-Loadshed-Reason.
-				g := grpcUnavailable
+				g := gate.GRPCUnavailable
 				if code == http.StatusGatewayTimeout {
-					g = grpcDeadlineExceeded
+					g = gate.GRPCDeadlineExceeded
 				}
 				writeGRPCStatus(w, g, "upstream "+strings.ReplaceAll(outcome, "_", " "), "", "")
 				return
@@ -389,11 +371,3 @@ var copyBufferPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); retu
 
 func (copyBuffers) Get() []byte  { return *copyBufferPool.Get().(*[]byte) }
 func (copyBuffers) Put(b []byte) { copyBufferPool.Put(&b) }
-
-// isStream reports an event stream: a long-lived response whose duration is not a latency
-// sample. (A gRPC call is a sample unless its route is streaming or it outlives
-// grpc.streamAfter.)
-func isStream(contentType string) bool {
-	ct, _, _ := strings.Cut(contentType, ";")
-	return strings.EqualFold(strings.TrimSpace(ct), "text/event-stream")
-}
