@@ -20,6 +20,8 @@ import (
 
 	"github.com/loadshed/loadshed/internal/backend"
 	"github.com/loadshed/loadshed/internal/config"
+	"github.com/loadshed/loadshed/internal/extproc"
+	"github.com/loadshed/loadshed/internal/gate"
 	"github.com/loadshed/loadshed/internal/loadgen"
 	"github.com/loadshed/loadshed/internal/proxy"
 	"github.com/loadshed/loadshed/internal/slowtail"
@@ -120,7 +122,7 @@ func Start(s Setup) (*Env, error) {
 		}
 		return e, nil
 	}
-	opts := proxy.Options{}
+	opts := proxy.Options{Doors: []gate.OpenDoor{extproc.Open}}
 	if s.Reloadable {
 		if e.dir, err = os.MkdirTemp("", "loadshed-live-"); err != nil {
 			e.Close()
