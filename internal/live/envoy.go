@@ -75,8 +75,8 @@ type EnvoySetup struct {
 
 // Envoy is a running Envoy on loopback.
 type Envoy struct {
-	URL   string // the listener, "http://127.0.0.1:port"
-	Admin string // the admin interface's base URL
+	URL    string // the listener, "http://127.0.0.1:port"
+	Admin  string // the admin interface's base URL
 	cmd    *exec.Cmd
 	exited chan error // Envoy's exit, once
 	dir    string

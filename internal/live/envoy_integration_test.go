@@ -409,9 +409,12 @@ func TestEnvoyGRPCOutcomes(t *testing.T) {
 // rawBytes is a gRPC codec that sends and receives messages as they are.
 type rawBytes struct{}
 
-func (rawBytes) Marshal(v any) ([]byte, error)      { return *v.(*[]byte), nil }
-func (rawBytes) Unmarshal(data []byte, v any) error { *v.(*[]byte) = append([]byte(nil), data...); return nil }
-func (rawBytes) Name() string                       { return "proto" }
+func (rawBytes) Marshal(v any) ([]byte, error) { return *v.(*[]byte), nil }
+func (rawBytes) Unmarshal(data []byte, v any) error {
+	*v.(*[]byte) = append([]byte(nil), data...)
+	return nil
+}
+func (rawBytes) Name() string { return "proto" }
 
 func rawCall(ctx context.Context, conn *grpc.ClientConn, method string, opts ...grpc.CallOption) error {
 	in, out := []byte{}, []byte{}

@@ -40,10 +40,10 @@ type Env struct {
 	BackendAdmin string        // the backend's admin port (a test tool)
 	// Envoy is the Envoy in front of the backend when Setup.Envoy asked for one; the proxy is
 	// then its external processor, with no data port (ProxyURL is empty).
-	Envoy *Envoy
-	cancel       context.CancelFunc
-	done         chan error
-	dir          string
+	Envoy  *Envoy
+	cancel context.CancelFunc
+	done   chan error
+	dir    string
 }
 
 // Setup describes an environment: the backend's capacity and service time, and the proxy's
