@@ -189,8 +189,9 @@ func StartEnvoy(s EnvoySetup) (*Envoy, error) {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	// No hot restart: no shared memory to collide with another Envoy on the machine.
-	cmd := exec.Command(bin, "-c", path, "--disable-hot-restart", "--concurrency", "2", "-l", "warning")
+	// No hot restart: no shared memory to collide with another Envoy on the machine. One worker,
+	// as the bench runs Envoy: the load generator, the backend and loadshed share the cores.
+	cmd := exec.Command(bin, "-c", path, "--disable-hot-restart", "--concurrency", "1", "-l", "warning")
 	cmd.Stdout, cmd.Stderr = s.Stderr, s.Stderr
 	if err := cmd.Start(); err != nil {
 		os.RemoveAll(dir)

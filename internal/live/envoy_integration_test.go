@@ -13,6 +13,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,6 +32,9 @@ import (
 func envoyEnv(t *testing.T, c Capacity, admission string, adjust ...func(*Setup)) *Env {
 	t.Helper()
 	if _, err := FindEnvoy(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI must install Envoy (scripts/install-tools.sh envoy): %v", err)
+		}
 		t.Skipf("skipped: %v", err)
 	}
 	s := Setup{Workers: c.Workers, Service: Constant(c.Service), Admission: policy(t, admission), Envoy: &EnvoySetup{}}

@@ -92,7 +92,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.transport = newUpstreamTransport(cfg)
-	s.h.proxy = s.h.newReverseProxy(s.transport)
+	s.h.transport = s.transport
 	if cfg.TLS != nil {
 		if s.certs, err = newCertReloader(cfg.TLS.CertFile, cfg.TLS.KeyFile, s.log); err != nil {
 			return nil, err
