@@ -75,7 +75,7 @@ func (x *exchange) serve(first *extprocv3.ProcessingRequest, hdrs *extprocv3.Htt
 	}
 	x.pass = pass
 	defer pass.Finish()
-	if !x.forward() {
+	if !x.forward(h) {
 		pass.Failed(metrics.OutcomeCanceled, 0)
 		return
 	}
@@ -134,13 +134,20 @@ func extension(bound time.Duration, ep config.ExtProc) time.Duration {
 	return min(d, limit)
 }
 
-// forward answers an admitted request's headers: CONTINUE, with the admission headers removed
-// and the remaining deadline forwarded; a gRPC call also asks for its response trailers.
-func (x *exchange) forward() bool {
+// forward answers an admitted request's headers: CONTINUE, with the admission headers it
+// carries removed and the remaining deadline forwarded; a gRPC call also asks for its response
+// trailers.
+func (x *exchange) forward(h headerList) bool {
 	remove, set := x.pass.Forward(x.s.clock.Now())
+	var present []string
+	for _, name := range remove {
+		if h.Get(name) != "" {
+			present = append(present, strings.ToLower(name))
+		}
+	}
 	hr := &extprocv3.HeadersResponse{}
-	if len(remove)+len(set) > 0 {
-		hr.Response = &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: options(set), RemoveHeaders: lower(remove)}}
+	if len(present)+len(set) > 0 {
+		hr.Response = &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: options(set), RemoveHeaders: present}}
 	}
 	resp := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: hr}}
 	if x.call && !x.pass.Streaming() {
@@ -358,17 +365,6 @@ func options(fs []gate.Field) []*corev3.HeaderValueOption {
 			Header:       &corev3.HeaderValue{Key: strings.ToLower(f.Name), RawValue: []byte(f.Value)},
 			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
 		}
-	}
-	return out
-}
-
-func lower(names []string) []string {
-	if len(names) == 0 {
-		return nil
-	}
-	out := make([]string, len(names))
-	for i, n := range names {
-		out[i] = strings.ToLower(n)
 	}
 	return out
 }

@@ -36,13 +36,13 @@ func responseMsg(code string) *extprocv3.ProcessingRequest {
 		ResponseHeaders: &extprocv3.HttpHeaders{Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":status", RawValue: []byte(code)}}}}}}
 }
 
-func client(t *testing.T, addr string) extprocv3.ExternalProcessorClient {
-	t.Helper()
+func client(tb testing.TB, addr string) extprocv3.ExternalProcessorClient {
+	tb.Helper()
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { conn.Close() })
+	tb.Cleanup(func() { conn.Close() })
 	return extprocv3.NewExternalProcessorClient(conn)
 }
 
