@@ -2,6 +2,7 @@ package live
 
 import (
 	"bufio"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -69,6 +70,8 @@ type EnvoySetup struct {
 	RouteTimeout time.Duration
 	// WithoutExtProc leaves the ext_proc filter out: Envoy alone, to measure what the hop adds.
 	WithoutExtProc bool
+	// Concurrency is Envoy's number of worker threads (default 2, as Istio runs its sidecar).
+	Concurrency int
 	// Stderr receives Envoy's log (default: discarded).
 	Stderr io.Writer
 }
@@ -189,9 +192,9 @@ func StartEnvoy(s EnvoySetup) (*Envoy, error) {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	// No hot restart: no shared memory to collide with another Envoy on the machine. One worker,
-	// as the bench runs Envoy: the load generator, the backend and loadshed share the cores.
-	cmd := exec.Command(bin, "-c", path, "--disable-hot-restart", "--concurrency", "1", "-l", "warning")
+	// No hot restart: no shared memory to collide with another Envoy on the machine.
+	workers := strconv.Itoa(cmp.Or(s.Concurrency, 2))
+	cmd := exec.Command(bin, "-c", path, "--disable-hot-restart", "--concurrency", workers, "-l", "warning")
 	cmd.Stdout, cmd.Stderr = s.Stderr, s.Stderr
 	if err := cmd.Start(); err != nil {
 		os.RemoveAll(dir)
