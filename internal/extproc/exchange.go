@@ -70,7 +70,9 @@ func (x *exchange) serve(first *extprocv3.ProcessingRequest, hdrs *extprocv3.Htt
 		if errors.Is(context.Cause(ctx), gate.ErrAnswerDue) {
 			x.s.m.due.Inc()
 		}
-		x.refuse(err)
+		if x.refuse(err) {
+			x.s.m.answer.Observe(clock.Now().Sub(start).Seconds())
+		}
 		return
 	}
 	x.pass = pass
@@ -79,6 +81,7 @@ func (x *exchange) serve(first *extprocv3.ProcessingRequest, hdrs *extprocv3.Htt
 		pass.Failed(metrics.OutcomeCanceled, 0)
 		return
 	}
+	x.s.m.answer.Observe(clock.Now().Sub(start).Seconds())
 	switch {
 	case pass.Streaming():
 	case x.call:
@@ -252,8 +255,9 @@ func (x *exchange) ended() {
 
 // refuse answers a request the gate did not admit with Envoy's local reply: a shed with its
 // status, Retry-After (to a gRPC call, its grpc-status and pushback) and reason; the client's
-// mistake with 400 or 413. A client that left gets nothing.
-func (x *exchange) refuse(err error) {
+// mistake with 400 or 413. A client that left gets nothing. It reports whether an answer was
+// sent.
+func (x *exchange) refuse(err error) bool {
 	var rej *gate.Refusal
 	var bad *gate.ClientError
 	var ir *extprocv3.ImmediateResponse
@@ -276,9 +280,9 @@ func (x *exchange) refuse(err error) {
 			ir.Body = fmt.Appendf(nil, "%d %s: %s\n", bad.Status, http.StatusText(bad.Status), bad)
 		}
 	default:
-		return
+		return false
 	}
-	x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{ImmediateResponse: ir}})
+	return x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{ImmediateResponse: ir}})
 }
 
 // httpStatus is code as Envoy's API spells it. Envoy accepts only the codes its StatusCode enum

@@ -69,16 +69,29 @@ func clean(t *testing.T, e *Env) {
 	idle(t, e)
 }
 
-// idle waits (at most 5 s) until no permit is held and nothing waits.
+// envoyFailures sums Envoy's ext_proc message_timeouts and failure_mode_allowed counters.
+func envoyFailures(t *testing.T, e *Env) int64 {
+	t.Helper()
+	st, err := e.Envoy.Stats("ext_proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for name, v := range st {
+		if strings.HasSuffix(name, ".message_timeouts") || strings.HasSuffix(name, ".failure_mode_allowed") {
+			n += v
+		}
+	}
+	return n
+}
+
+// idle waits (at most 5 s) until no permit is held and nothing waits (read from the proxy's
+// metrics, so it works with the proxy in its own process too).
 func idle(t *testing.T, e *Env) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		var held, queued float64
-		for _, s := range e.Proxy.StageStates() {
-			held += s.InFlight
-			queued += s.QueueDepth
-		}
+		held, queued := scrape(t, e.ProxyAdmin, "loadshed_inflight"), scrape(t, e.ProxyAdmin, "loadshed_queue_depth")
 		if held == 0 && queued == 0 {
 			return
 		}
@@ -189,36 +202,25 @@ func TestEnvoyRefusalCarriesRetryAfterAndReason(t *testing.T) {
 // waitInFlight waits (at most 5 s) until n permits are held.
 func waitInFlight(t *testing.T, e *Env, n float64) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		var held float64
-		for _, s := range e.Proxy.StageStates() {
-			held += s.InFlight
-		}
-		if held == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%v permits held, want %v", held, n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitGauge(t, e, "loadshed_inflight", n)
 }
 
 // waitQueued waits (at most 5 s) until n requests wait.
 func waitQueued(t *testing.T, e *Env, n float64) {
 	t.Helper()
+	waitGauge(t, e, "loadshed_queue_depth", n)
+}
+
+func waitGauge(t *testing.T, e *Env, name string, n float64) {
+	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		var q float64
-		for _, s := range e.Proxy.StageStates() {
-			q += s.QueueDepth
-		}
-		if q == n {
+		v := scrape(t, e.ProxyAdmin, name)
+		if v == n {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%v requests waiting, want %v", q, n)
+			t.Fatalf("%s = %v, want %v", name, v, n)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -334,15 +336,15 @@ func TestEnvoyUpstreamFailuresShrinkTheLimit(t *testing.T) {
 		}
 		e := envoyEnv(t, Capacity{Workers: 4, Service: 20 * time.Millisecond}, "strategy: adaptive\nadaptive: {initialLimit: 16, minLimit: 1}",
 			func(s *Setup) { s.Envoy.App = dead })
-		before := e.Proxy.StageStates()[0].Limit
+		before := scrape(t, e.ProxyAdmin, "loadshed_limit")
 		// Requests one after another until a sampling window closes on their drops (at most 300).
 		sent := 0
-		for ; sent < 300 && e.Proxy.StageStates()[0].Limit >= before; sent++ {
+		for ; sent < 300 && scrape(t, e.ProxyAdmin, "loadshed_limit") >= before; sent++ {
 			if res, err := get(e.Envoy.URL+"/", 2*time.Second); err != nil || res.StatusCode != 503 {
 				t.Fatalf("dead upstream: %v %v, want Envoy's 503", res, err)
 			}
 		}
-		after := e.Proxy.StageStates()[0].Limit
+		after := scrape(t, e.ProxyAdmin, "loadshed_limit")
 		t.Logf("RESULT dead upstream through Envoy: adaptive limit %.1f -> %.1f after %d requests", before, after, sent)
 		if after >= before {
 			t.Errorf("limit %v -> %v: a dead upstream must shrink it", before, after)
@@ -353,7 +355,7 @@ func TestEnvoyUpstreamFailuresShrinkTheLimit(t *testing.T) {
 	t.Run("hung upstream", func(t *testing.T) {
 		e := envoyEnv(t, Capacity{Workers: 4, Service: 2 * time.Second}, "strategy: adaptive\nadaptive: {initialLimit: 16, minLimit: 1}",
 			func(s *Setup) { s.Envoy.RouteTimeout = 200 * time.Millisecond })
-		before := e.Proxy.StageStates()[0].Limit
+		before := scrape(t, e.ProxyAdmin, "loadshed_limit")
 		// Rounds of 8 at once, each answered 504 at the route timeout: enough drops to close the
 		// adaptive strategy's sampling windows.
 		for range 4 {
@@ -369,7 +371,7 @@ func TestEnvoyUpstreamFailuresShrinkTheLimit(t *testing.T) {
 			}
 			wg.Wait()
 		}
-		after := e.Proxy.StageStates()[0].Limit
+		after := scrape(t, e.ProxyAdmin, "loadshed_limit")
 		t.Logf("RESULT hung upstream through Envoy: adaptive limit %.1f -> %.1f", before, after)
 		if after >= before {
 			t.Errorf("limit %v -> %v: a hung upstream must shrink it", before, after)
@@ -484,13 +486,28 @@ func TestEnvoyFailOpen(t *testing.T) {
 	}
 }
 
+// fortyEight is the backend of the overload test through Envoy: 8 workers at 40 ms, C = 200
+// requests/s. At 8 x 20 ms, 5x is 2000 requests/s, and on the project's 2-core machine that is
+// more than Envoy, loadshed, the load generator and the backend can run together: Envoy spends
+// about 0.55 ms of CPU per request with its ext_proc filter (0.3 ms without), falls behind its
+// own event loop, misses its message timeouts and fails open, whatever loadshed answers (the
+// load generator, in its own process, falls a second behind too).
+var fortyEight = Capacity{Workers: 8, Service: 40 * time.Millisecond}
+
 // TestEnvoyAdaptiveAtFiveTimes: nothing configured about capacity; at 5x through Envoy and
 // loadshed, goodput stays at least 0.9 of capacity and the admitted p99 under twice the unloaded
 // one; the limit it learned from latency through Envoy stays near the backend's workers.
 func TestEnvoyAdaptiveAtFiveTimes(t *testing.T) {
-	e := envoyEnv(t, eight, "strategy: adaptive")
+	c := fortyEight
+	// loadshed in its own process, as in a pod: the load generator's goroutines and garbage do
+	// not share its runtime. (In the test's process, at 2000 requests/s, the generator's
+	// goroutines kept loadshed's answers waiting past Envoy's 200 ms message timeout.) Each
+	// measured run is judged on Envoy's counters too: a message that timed out, or a request let
+	// through unadmitted, is a miss like a low goodput (a busy machine can delay Envoy's own
+	// event loop past its timer; loadshed's answers are timed in loadshed_extproc_answer_seconds).
+	e := envoyEnv(t, c, "strategy: adaptive", func(s *Setup) { s.ProxyBinary = proxyBinary })
 	base := func() time.Duration {
-		res, err := e.RunEnvoy(context.Background(), Load{Rate: 0.25 * eight.RPS(), Duration: 3 * time.Second})
+		res, err := e.RunEnvoy(context.Background(), Load{Rate: 0.25 * c.RPS(), Duration: 3 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -500,21 +517,23 @@ func TestEnvoyAdaptiveAtFiveTimes(t *testing.T) {
 		return res.AdmittedLatency.P99
 	}()
 	bestOfTwo(t, func() []string {
-		res, err := e.RunEnvoy(context.Background(), Load{Rate: 5 * eight.RPS(), Duration: 5 * time.Second, Warmup: 3 * time.Second})
+		before := envoyFailures(t, e)
+		res, err := e.RunEnvoy(context.Background(), Load{Rate: 5 * c.RPS(), Duration: 5 * time.Second, Warmup: 3 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
-		g := res.GoodputRPS / eight.RPS()
-		limit := e.Proxy.StageStates()[0].Limit
-		t.Logf("RESULT envoy+loadshed adaptive W=8 5x: goodput/C %.3f, p99 %s (unloaded %s), shed %.1f%%, learned limit %.1f, late starts %d, codes %v, timeouts %d",
-			g, res.AdmittedLatency.P99, base, 100*res.ShedShare, limit, res.LateStarts, res.Codes, res.Timeouts)
+		failed := envoyFailures(t, e) - before
+		g := res.GoodputRPS / c.RPS()
+		limit := scrape(t, e.ProxyAdmin, "loadshed_limit")
+		t.Logf("RESULT envoy+loadshed adaptive W=8 S=40ms 5x: goodput/C %.3f, p99 %s (unloaded %s), shed %.1f%%, learned limit %.1f, late starts %d, codes %v, timeouts %d, Envoy message timeouts + unadmitted %d",
+			g, res.AdmittedLatency.P99, base, 100*res.ShedShare, limit, res.LateStarts, res.Codes, res.Timeouts, failed)
 		if res.RetryAfterEligible == 0 || res.RetryAfterCoverage != 1 {
 			t.Errorf("Retry-After on %d of %d refusals through Envoy, want all", res.RetryAfterPresent, res.RetryAfterEligible)
 		}
-		if res.Codes[504] != 0 || res.Codes[500] != 0 {
-			t.Errorf("codes %v: Envoy answered on its own", res.Codes)
-		}
 		problems := invalid(res)
+		if failed != 0 {
+			problems = append(problems, fmt.Sprintf("Envoy timed %d messages out or let requests through unadmitted, want 0", failed))
+		}
 		if g < 0.9 {
 			problems = append(problems, fmt.Sprintf("goodput %.3f of capacity, want at least 0.90", g))
 		}
@@ -526,7 +545,7 @@ func TestEnvoyAdaptiveAtFiveTimes(t *testing.T) {
 		}
 		return problems
 	})
-	clean(t, e)
+	idle(t, e)
 }
 
 // TestEnvoyHopLatency measures what the ext_proc hop adds at half of capacity: the same load
@@ -534,7 +553,7 @@ func TestEnvoyAdaptiveAtFiveTimes(t *testing.T) {
 // that never binds, so the figures are the hop's, not a strategy's). It reports p50 and p99 of
 // each; it asserts only that every request was served.
 func TestEnvoyHopLatency(t *testing.T) {
-	e := envoyEnv(t, eight, "strategy: inflight\ninflight: {limit: 64}")
+	e := envoyEnv(t, eight, "strategy: inflight\ninflight: {limit: 64}", func(s *Setup) { s.ProxyBinary = proxyBinary })
 	plain, err := StartEnvoy(EnvoySetup{App: strings.TrimPrefix(e.BackendURL, "http://"), WithoutExtProc: true})
 	if err != nil {
 		t.Fatal(err)
