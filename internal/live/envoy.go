@@ -248,6 +248,29 @@ func (e *Envoy) Stats(filter string) (map[string]int64, error) {
 	return out, sc.Err()
 }
 
+// CPU is the processor time Envoy has used so far.
+func (e *Envoy) CPU() (time.Duration, error) { return processCPU(e.cmd.Process.Pid) }
+
+// processCPU is the processor time a process has used so far (Linux: /proc/PID/stat, at the
+// kernel's 100 ticks a second).
+func processCPU(pid int) (time.Duration, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) may hold spaces; the fields after its closing parenthesis do not.
+	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
+	if len(fields) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: too few fields", pid)
+	}
+	utime, err1 := strconv.ParseInt(fields[11], 10, 64)
+	stime, err2 := strconv.ParseInt(fields[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: %v %v", pid, err1, err2)
+	}
+	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
+}
+
 // Close stops Envoy (SIGTERM, then SIGKILL after 5 s) and removes its files.
 func (e *Envoy) Close() {
 	e.cmd.Process.Signal(syscall.SIGTERM)
