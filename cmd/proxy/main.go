@@ -13,6 +13,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"runtime/debug"
+	"strconv"
 
 	"github.com/loadshed/loadshed/internal/cli"
 	"github.com/loadshed/loadshed/internal/config"
@@ -69,12 +72,37 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if err := memoryLimit(os.Getenv, log); err != nil {
+		return err
+	}
 	srv, err := proxy.New(cfg, proxy.Options{Logger: log, ConfigPath: *configPath, Overrides: overrides(*listen, *upstream, *adminListen),
 		MaxConfigBytes: *maxConfig, Doors: []gate.OpenDoor{extproc.Open}})
 	if err != nil {
 		return err
 	}
 	return srv.Serve(ctx)
+}
+
+// memoryLimitEnv carries the container's memory limit in bytes (the chart sets it from the
+// pod's resources); the proxy makes 90% of it the Go runtime's soft memory limit, unless
+// GOMEMLIMIT says otherwise.
+const memoryLimitEnv = "LOADSHED_MEMORY_LIMIT"
+
+// memoryLimit applies the container's memory limit to the Go runtime: the collector then works
+// harder as the heap nears the limit instead of the container being killed.
+func memoryLimit(getenv func(string) string, log *slog.Logger) error {
+	v := getenv(memoryLimitEnv)
+	if v == "" || getenv("GOMEMLIMIT") != "" {
+		return nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n <= 0 {
+		return fmt.Errorf("%s: want the container's memory limit in bytes, got %q", memoryLimitEnv, v)
+	}
+	limit := n / 10 * 9
+	debug.SetMemoryLimit(limit)
+	log.Info("go runtime memory limit", "bytes", limit, "container_limit", n)
+	return nil
 }
 
 func overrides(listen, upstream, admin string) func(*config.Config) {

@@ -99,6 +99,7 @@ type GRPCCodes struct {
 	Deadline         int `yaml:"deadline"`
 	ClientLimited    int `yaml:"clientLimited"`
 	Denied           int `yaml:"denied"`
+	SidecarOverload  int `yaml:"sidecarOverload"`
 }
 
 func (c GRPCCodes) fields() []statusField {
@@ -155,6 +156,20 @@ type Server struct {
 	// HTTP2 bounds what one HTTP/2 connection may ask for; its header list is bounded by
 	// maxHeaderBytes and its idle time by idleTimeout, as for HTTP/1.1.
 	HTTP2 HTTP2 `yaml:"http2"`
+	// Saturation is how the sidecar tells its own CPU's overload from the upstream's.
+	Saturation Saturation `yaml:"saturation"`
+}
+
+// Saturation tunes the sidecar's watch on its own CPU (its delay per request, measured from the
+// Go runtime's scheduling latency, and the container's CPU throttling).
+type Saturation struct {
+	// Above: a delay of this or more (or a tenth of the CPU periods throttled) marks the sidecar
+	// saturated: reported, and taken off the adaptive limit's latency samples as always.
+	Above Duration `yaml:"above"`
+	// ShedAbove: while the delay stays above this, a growing share of new requests (never the
+	// critical_plus ones) is refused at once with 503, reason sidecar_overload, so that the sidecar
+	// does not collapse under overload beyond its own capacity. 0 never refuses.
+	ShedAbove Duration `yaml:"shedAbove"`
 }
 
 // HTTP2 are the data port's HTTP/2 limits.
@@ -173,6 +188,7 @@ type StatusCodes struct {
 	Deadline         int `yaml:"deadline"`
 	ClientLimited    int `yaml:"clientLimited"`
 	Denied           int `yaml:"denied"`
+	SidecarOverload  int `yaml:"sidecarOverload"`
 }
 
 // statusField is one entry of StatusCodes: the field's name in the file, the refusal reason it
@@ -194,6 +210,7 @@ func (c StatusCodes) fields() []statusField {
 		{"deadline", admission.ReasonDeadline, c.Deadline},
 		{"clientLimited", admission.ReasonClientLimited, c.ClientLimited},
 		{"denied", admission.ReasonDenied, c.Denied},
+		{"sidecarOverload", admission.ReasonSidecarOverload, c.SidecarOverload},
 	}
 }
 
@@ -219,7 +236,7 @@ func Default() Config {
 			// UNAVAILABLE (14) for what is busy, RESOURCE_EXHAUSTED (8) for a rate, DEADLINE_EXCEEDED
 			// (4) and PERMISSION_DENIED (7): gRPC clients retry UNAVAILABLE by policy.
 			StatusCodes: GRPCCodes{RateLimited: 8, QueueFull: 14, QueueTimeout: 14, ConcurrencyLimit: 14,
-				Draining: 14, Deadline: 4, ClientLimited: 8, Denied: 7},
+				Draining: 14, Deadline: 4, ClientLimited: 8, Denied: 7, SidecarOverload: 14},
 		},
 		Shutdown: Shutdown{
 			DrainDelay:  Duration(5 * time.Second),
@@ -238,10 +255,11 @@ func Default() Config {
 			WriteIdleTimeout:     Duration(10 * time.Second),
 			MaxConnections:       1024,
 			HTTP2:                HTTP2{MaxConcurrentStreams: 250},
+			Saturation:           Saturation{Above: Duration(time.Millisecond), ShedAbove: Duration(50 * time.Millisecond)},
 		},
 		StatusCodes: StatusCodes{
 			RateLimited: 429, QueueFull: 503, QueueTimeout: 503, ConcurrencyLimit: 503,
-			Draining: 503, Deadline: 503, ClientLimited: 429, Denied: 403,
+			Draining: 503, Deadline: 503, ClientLimited: 429, Denied: 403, SidecarOverload: 503,
 		},
 		Admission: Admission{Strategy: StrategyNone},
 		Headers:   defaultHeaders(),
@@ -438,6 +456,12 @@ func (c *Config) Validate(errs *Problems) {
 	positive(errs, "server.writeIdleTimeout", c.Server.WriteIdleTimeout)
 	if c.Server.MaxConnections < 1 {
 		errs.add("server.maxConnections", "must be at least 1, got %d", c.Server.MaxConnections)
+	}
+	if c.Server.Saturation.Above <= 0 {
+		errs.add("server.saturation.above", "must be a positive duration, got %s", c.Server.Saturation.Above)
+	}
+	if sa := c.Server.Saturation; sa.ShedAbove < 0 || sa.ShedAbove > 0 && sa.ShedAbove < sa.Above {
+		errs.add("server.saturation.shedAbove", "must be 0 (never refuse) or at least server.saturation.above (%s), got %s", sa.Above, sa.ShedAbove)
 	}
 	if c.Server.MaxConnectionsPerSource < 0 {
 		errs.add("server.maxConnectionsPerSource", "must not be negative (0 means no cap), got %d", c.Server.MaxConnectionsPerSource)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/loadshed/loadshed/internal/config"
 	"github.com/loadshed/loadshed/internal/metrics"
 	"github.com/loadshed/loadshed/pkg/admission"
+	"github.com/loadshed/loadshed/pkg/admission/limit"
 )
 
 // Gate is the admission pipeline. It is safe for concurrent use; Update swaps the configuration
@@ -22,6 +24,17 @@ type Gate struct {
 	state   atomic.Pointer[state]
 	metrics *metrics.Proxy
 	clock   admission.Clock
+	self    SelfLoad
+}
+
+// SelfLoad is the sidecar's watch on its own CPU (internal/selfload).
+type SelfLoad interface {
+	// Delay is the sidecar's own delay per forwarded request: taken off each upstream latency
+	// sample, so the adaptive limit does not shrink when the sidecar is the bottleneck.
+	Delay() time.Duration
+	// Shed is the share of new requests to refuse at once because the sidecar itself is
+	// overloaded (critical_plus requests are never refused by it).
+	Shed() float64
 }
 
 // Options are a Gate's collaborators.
@@ -30,11 +43,13 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// Clock drives the strategies and times requests (default: the system clock).
 	Clock admission.Clock
+	// Self reports the sidecar's own load (default: none).
+	Self SelfLoad
 }
 
 // New builds the gate for a valid configuration.
 func New(cfg *config.Config, opts Options) (*Gate, error) {
-	g := &Gate{clock: opts.Clock}
+	g := &Gate{clock: opts.Clock, self: opts.Self}
 	if g.clock == nil {
 		g.clock = admission.SystemClock{}
 	}
@@ -225,6 +240,8 @@ type Pass struct {
 	bodyErr  atomic.Pointer[error] // the first error reading the client's body
 	deadline time.Duration         // after Start; 0: none
 	fwd, hdr time.Duration         // after Start: forwarded, response headers (0: not yet)
+	end      time.Duration         // after Start: a gRPC call's end (0: not yet)
+	gate     *Gate
 	status   int32
 	door     uint8
 	outcome  uint8 // index in outcomes
@@ -297,6 +314,16 @@ func (g *Gate) Admit(ctx context.Context, r *Request, queued func(admission.Queu
 		p.m.count(door, outcomeClientError, 413)
 		return nil, &ClientError{Status: 413, Limit: max}
 	}
+	if g.self != nil && req.Priority > admission.CriticalPlus {
+		// The sidecar's own CPU is the bottleneck: a share of new requests is answered at once,
+		// before anything else is spent on them.
+		if share := g.self.Shed(); share > 0 && rand.Float64() < share {
+			rej := &admission.Rejection{Reason: admission.ReasonSidecarOverload, Stage: "sidecar", RetryAfter: time.Second}
+			if !g.dryRun(p, door, req, rej) {
+				return nil, g.refuse(st, p, door, req, rej)
+			}
+		}
+	}
 	if st.clients != nil {
 		if rej := st.clients.Check(now, req.Key, req.Cost); rej != nil && !g.dryRun(p, door, req, rej) {
 			return nil, g.refuse(st, p, door, req, rej)
@@ -313,7 +340,7 @@ func (g *Gate) Admit(ctx context.Context, r *Request, queued func(admission.Queu
 			}
 		}
 	}
-	pass := &Pass{Context: ctx, p: p, spec: &st.spec, door: uint8(door), Start: now, streaming: streaming,
+	pass := &Pass{Context: ctx, p: p, spec: &st.spec, gate: g, door: uint8(door), Start: now, streaming: streaming,
 		streamAfter: st.cfg.GRPC.StreamAfter.D(), grpc: st.spec.grpcTimeout && r.Header.Get("Grpc-Timeout") != "",
 		call: r.GRPC || r.Door == metrics.DoorGRPC}
 	if !req.Deadline.IsZero() {
@@ -433,8 +460,9 @@ func (ps *Pass) CallEnded(code int, at time.Time) {
 	switch code {
 	case 0:
 		ps.outcome = outcomeSuccess
+		ps.end = max(at.Sub(ps.Start), 1)
 		if !ps.stream && !ps.streamed.Load() {
-			ps.p.latency.observe(max(at.Sub(ps.Start)-ps.fwd, 0))
+			ps.p.latency.observe(max(ps.end-ps.fwd, 0))
 		}
 	case 4:
 		ps.outcome = outcomeUpstreamTimeout
@@ -446,6 +474,14 @@ func (ps *Pass) CallEnded(code int, at time.Time) {
 		ps.outcome = outcomeClientError
 	}
 	ps.Complete()
+}
+
+// self is the sidecar's own delay, to take off the latency sample.
+func (ps *Pass) self() time.Duration {
+	if ps.gate == nil || ps.gate.self == nil {
+		return 0
+	}
+	return ps.gate.self.Delay()
 }
 
 // Outcome is how the exchange has gone so far (a metrics.Outcome* value).
@@ -515,9 +551,35 @@ func (ps *Pass) Complete() { ps.Release(ps.classify()) }
 // Release gives the permit back now, with the outcome the strategy learns from; Finish then only
 // counts the request. It is safe to call more than once and from another goroutine.
 func (ps *Pass) Release(o admission.Outcome) {
-	if ps.held {
-		ps.permit.Done(o)
+	if !ps.held {
+		return
 	}
+	var rtt time.Duration
+	if o == admission.Success {
+		// (Only a success is a sample. A stream's release comes from a timer, whose goroutine
+		// must not read what the door is still writing.)
+		rtt = ps.sample()
+	}
+	ps.permit.DoneAfter(o, rtt)
+}
+
+// sample is the upstream latency the strategy learns from: forwarding to response headers (a
+// gRPC call: to its end), less the sidecar's own delay, so that a busy sidecar is not taken for
+// a slow upstream. Zero (the permit's hold time is used) when the door did not time it.
+func (ps *Pass) sample() time.Duration {
+	end := ps.hdr
+	if ps.end > end {
+		end = ps.end
+	}
+	if ps.fwd <= 0 || end <= ps.fwd {
+		return 0
+	}
+	rtt := end - ps.fwd
+	if self := ps.self(); self > 0 {
+		// Never below the shortest meaningful latency: the sample still counts.
+		rtt = max(rtt-self, min(rtt, limit.MinMeaningfulRTT))
+	}
+	return rtt
 }
 
 // Finish ends the request: it releases the permit (if still held) with the outcome classified

@@ -26,13 +26,19 @@ func (h headers) Get(name string) string { return h[name] }
 // newGate builds a gate on a fake clock from the YAML of a whole config file.
 func newGate(t *testing.T, yaml string) (*Gate, *admissiontest.Clock, *prometheus.Registry) {
 	t.Helper()
+	return newGateWithSelf(t, yaml, nil)
+}
+
+// newGateWithSelf is newGate with the sidecar's own load (nil: none).
+func newGateWithSelf(t *testing.T, yaml string, self SelfLoad) (*Gate, *admissiontest.Clock, *prometheus.Registry) {
+	t.Helper()
 	cfg, err := config.Parse([]byte("upstream: http://127.0.0.1:1\n" + yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
 	clk := admissiontest.NewClock(t0)
 	reg := prometheus.NewRegistry()
-	g, err := New(cfg, Options{Registerer: reg, Clock: clk})
+	g, err := New(cfg, Options{Registerer: reg, Clock: clk, Self: self})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,10 +72,20 @@ func refusal(t *testing.T, err error) *Refusal {
 
 // requests sums loadshed_requests_total over the series that carry the given label pairs.
 func requests(reg *prometheus.Registry, labels ...string) float64 {
+	return counterSum(reg, "loadshed_requests_total", labels...)
+}
+
+// shed sums loadshed_shed_total over the series that carry the given label pairs.
+func shed(reg *prometheus.Registry, labels ...string) float64 {
+	return counterSum(reg, "loadshed_shed_total", labels...)
+}
+
+// counterSum sums the counter name over the series that carry the given label pairs.
+func counterSum(reg *prometheus.Registry, name string, labels ...string) float64 {
 	var sum float64
 	mfs, _ := reg.Gather()
 	for _, mf := range mfs {
-		if mf.GetName() != "loadshed_requests_total" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, c := range mf.GetMetric() {

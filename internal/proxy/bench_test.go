@@ -52,7 +52,7 @@ func BenchmarkProxyRoundTrip(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		s, err := New(cfg, Options{})
+		s, err := New(cfg, Options{SelfLoad: idleSelf{}})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -22,6 +22,7 @@ import (
 	"github.com/loadshed/loadshed/internal/config"
 	"github.com/loadshed/loadshed/internal/gate"
 	"github.com/loadshed/loadshed/internal/metrics"
+	"github.com/loadshed/loadshed/internal/selfload"
 )
 
 // Options are the collaborators of a Server.
@@ -39,6 +40,10 @@ type Options struct {
 	// Doors are the front doors served beside the data port, over the same gate (extproc.Open,
 	// Envoy's external processor); each opens when the configuration asks for it.
 	Doors []gate.OpenDoor
+	// SelfLoad replaces the proxy's watch on its own CPU (default: internal/selfload on this
+	// process). Tests that run clients, proxy and upstream in one process set it: that
+	// process's load is not the proxy's.
+	SelfLoad gate.SelfLoad
 }
 
 // Server is a running proxy.
@@ -56,6 +61,7 @@ type Server struct {
 	conns           *connTracker
 	transport       *upstreamTransport
 	certs           *certReloader // nil without tls
+	self            *selfload.Monitor
 
 	configPath      string
 	overrides       func(*config.Config)
@@ -82,7 +88,20 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	if s.log == nil {
 		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	g, err := gate.New(cfg, gate.Options{Registerer: s.reg})
+	self := opts.SelfLoad
+	if self == nil {
+		sat := cfg.Server.Saturation
+		s.self = selfload.New(selfload.Config{SaturatedAbove: sat.Above.D(), ShedAbove: sat.ShedAbove.D()}, selfload.Source{})
+		self = s.self
+	}
+	metrics.NewSidecar(s.reg, func() metrics.SidecarState {
+		if s.self == nil {
+			return metrics.SidecarState{Delay: self.Delay().Seconds(), Shed: self.Shed()}
+		}
+		r := s.self.Last()
+		return metrics.SidecarState{Delay: r.Delay.Seconds(), Saturated: r.Saturated, Shed: r.Shed, Throttled: r.Throttled}
+	})
+	g, err := gate.New(cfg, gate.Options{Registerer: s.reg, Self: self})
 	if err != nil {
 		return nil, err
 	}
@@ -231,6 +250,11 @@ func (s *Server) Serve(ctx context.Context) error {
 		watchCtx, stopWatch := context.WithCancel(ctx)
 		defer stopWatch()
 		go s.watch(watchCtx)
+	}
+	if s.self != nil {
+		selfCtx, stopSelf := context.WithCancel(context.WithoutCancel(ctx))
+		defer stopSelf() // (watching on through the drain: the drain is load too)
+		go s.self.Run(selfCtx, selfload.Tick)
 	}
 	select {
 	case err := <-errc:

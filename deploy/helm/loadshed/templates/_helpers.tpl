@@ -216,3 +216,24 @@ strategy's block is written.
 {{- $cfg = mustMergeOverwrite $cfg (deepCopy $p.extraConfig) }}
 {{- toYaml $cfg }}
 {{- end }}
+
+{{/*
+The Go runtime sized from the sidecar's resources: GOMAXPROCS from its CPU limit, rounded up
+(the runtime reads a cgroup quota too, but never goes below 2 threads, which a 1-CPU limit then
+throttles); LOADSHED_MEMORY_LIMIT from its memory limit, of which the proxy makes 90% its
+GOMEMLIMIT (garbage collection works harder near the limit instead of the container being
+killed). Without a limit Kubernetes reports the node's allocatable amount.
+*/}}
+{{- define "loadshed.goRuntimeEnv" -}}
+- name: GOMAXPROCS
+  valueFrom:
+    resourceFieldRef:
+      containerName: {{ .Values.proxy.name }}
+      resource: limits.cpu
+      divisor: "1"
+- name: LOADSHED_MEMORY_LIMIT
+  valueFrom:
+    resourceFieldRef:
+      containerName: {{ .Values.proxy.name }}
+      resource: limits.memory
+{{- end }}
