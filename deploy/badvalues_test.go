@@ -43,6 +43,10 @@ func TestBadValuesFailClearly(t *testing.T) {
 			[]string{"terminationGracePeriodSeconds", "drainDelay", "35"}},
 		{"app port clashes with the sidecar", []string{"--set", "app.port=8000"},
 			[]string{"app.port", "proxy.port"}},
+		{"unknown mode", []string{"--set", "mode=sidecar"},
+			[]string{"/mode", "proxy", "extproc"}},
+		{"ext_proc port clashes with the app", []string{"--set", "mode=extproc,proxy.extProc.port=8080"},
+			[]string{"proxy.extProc.port", "app.port"}},
 		{"autoscaling bounds reversed", []string{"--set", "autoscaling.enabled=true,autoscaling.minReplicas=5,autoscaling.maxReplicas=2"},
 			[]string{"autoscaling.minReplicas"}},
 	}

@@ -1,5 +1,6 @@
 // Command proxy is the loadshed sidecar: a reverse proxy that admits, queues or refuses each
-// request before it reaches the service behind it.
+// request before it reaches the service behind it, and, with extProc.listen, Envoy's external
+// processor deciding the same for an Envoy in the pod.
 //
 //	proxy --config FILE [--listen ADDR] [--upstream URL] [--admin-listen ADDR] [--log-level LEVEL]
 //	proxy --check-config FILE
@@ -18,6 +19,8 @@ import (
 
 	"github.com/loadshed/loadshed/internal/cli"
 	"github.com/loadshed/loadshed/internal/config"
+	"github.com/loadshed/loadshed/internal/extproc"
+	"github.com/loadshed/loadshed/internal/gate"
 	"github.com/loadshed/loadshed/internal/proxy"
 	"github.com/loadshed/loadshed/internal/version"
 )
@@ -73,7 +76,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	srv, err := proxy.New(cfg, proxy.Options{Logger: log, ConfigPath: *configPath, Overrides: overrides(*listen, *upstream, *adminListen),
-		MaxConfigBytes: *maxConfig})
+		MaxConfigBytes: *maxConfig, Doors: []gate.OpenDoor{extproc.Open}})
 	if err != nil {
 		return err
 	}

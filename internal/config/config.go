@@ -61,6 +61,8 @@ type Config struct {
 	Clients *Clients `yaml:"clients"`
 	Routes  []Route  `yaml:"routes"`
 	Reload  Reload   `yaml:"reload"`
+	// ExtProc serves Envoy's external processor protocol beside (or instead of) the data port.
+	ExtProc ExtProc `yaml:"extProc"`
 }
 
 // Upstream protocols.
@@ -262,6 +264,7 @@ func Default() Config {
 		Admission: Admission{Strategy: StrategyNone},
 		Headers:   defaultHeaders(),
 		Reload:    Reload{Watch: true, Interval: Duration(2 * time.Second)},
+		ExtProc:   DefaultExtProc(),
 	}
 }
 
@@ -389,16 +392,27 @@ func ParseAdmission(data []byte) (*Admission, error) {
 
 // Validate appends every problem with c to errs.
 func (c *Config) Validate(errs *Problems) {
-	checkAddr(errs, "listen", c.Listen)
+	switch {
+	case c.Listen == "" && c.ExtProc.Listen == "":
+		errs.add("listen", "required: an address such as \":8000\" (or empty with extProc.listen set, to serve Envoy's ext_proc only)")
+	case c.Listen != "":
+		checkAddr(errs, "listen", c.Listen)
+	}
 	checkAddr(errs, "adminListen", c.AdminListen)
 	if c.Listen != "" && c.Listen == c.AdminListen && !strings.HasSuffix(c.Listen, ":0") {
 		errs.add("adminListen", "must differ from listen (%q): the admin port is kept apart from the data port", c.Listen)
 	}
-	if c.Upstream == "" {
+	switch {
+	case c.Upstream == "" && c.Listen == "":
+		// ext_proc only: Envoy forwards, and has its own upstream.
+	case c.Upstream == "":
 		errs.add("upstream", "required: the URL of the service behind the proxy, e.g. \"http://127.0.0.1:8080\"")
-	} else if u, err := url.Parse(c.Upstream); err != nil {
-		errs.add("upstream", "not a URL: %v", err)
-	} else {
+	default:
+		u, err := url.Parse(c.Upstream)
+		if err != nil {
+			errs.add("upstream", "not a URL: %v", err)
+			break
+		}
 		if u.Scheme != "http" && u.Scheme != "https" {
 			errs.add("upstream", "scheme must be http or https, got %q", u.Scheme)
 		}
@@ -490,6 +504,10 @@ func (c *Config) Validate(errs *Problems) {
 	c.validateRoutes(errs)
 	if c.Reload.Watch {
 		positive(errs, "reload.interval", c.Reload.Interval)
+	}
+	c.ExtProc.validate(errs, c)
+	if len(errs.List) == 0 {
+		c.ExtProc.validateHolds(errs, c)
 	}
 }
 

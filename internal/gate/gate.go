@@ -69,6 +69,9 @@ func New(cfg *config.Config, opts Options) (*Gate, error) {
 // Metrics returns the gate's metrics (the server counts reloads and its drain on them).
 func (g *Gate) Metrics() *metrics.Proxy { return g.metrics }
 
+// Clock is the gate's clock: a door times the exchanges it reports on the Pass with it.
+func (g *Gate) Clock() admission.Clock { return g.clock }
+
 // Config returns the configuration in force.
 func (g *Gate) Config() *config.Config { return g.state.Load().cfg }
 
@@ -121,7 +124,16 @@ type Request struct {
 	Peer string
 	// ContentLength is the announced size of the body; -1 when unknown.
 	ContentLength int64
+	// GRPC marks a gRPC call (IsGRPC of its content type): its outcome is its final grpc-status
+	// (CallEnded), its latency sample the whole call. Calls through DoorGRPC always are.
+	GRPC bool
 }
+
+// ErrAnswerDue is the cause a door gives (context.WithCancelCause) when it cancels the context
+// of a request still waiting in a queue because it must answer now: Envoy's ext_proc filter stops
+// waiting for the sidecar at its message timeout. Admit then refuses the request as a queue
+// timeout, with a Retry-After, instead of counting a client that left.
+var ErrAnswerDue = errors.New("gate: the door must answer now")
 
 // Refusal is a shed: the request is refused cheaply, with the status its reason maps to and the
 // strategy's estimate of when a retry could succeed.
@@ -135,6 +147,28 @@ type Refusal struct {
 	RetryAfter time.Duration
 	// GRPCCode is the grpc-status a refused gRPC call gets (grpc.statusCodes).
 	GRPCCode int
+}
+
+// Field is one header a door sets.
+type Field struct{ Name, Value string }
+
+// Headers are the headers of a refusal's answer through any door: X-Loadshed-Reason naming the
+// reason, and Retry-After (to a gRPC call, grpc-retry-pushback-ms) unless the refusal asks for
+// no retry (403). An HTTP answer also says it is plain text that no cache keeps. (A gRPC call's
+// content-type, grpc-status and grpc-message are the door's to write in its own framing.)
+func (r *Refusal) Headers(grpc bool) []Field {
+	if grpc {
+		if v := r.PushbackMillis(); v != "" {
+			return []Field{{"X-Loadshed-Reason", string(r.Reason)}, {"Grpc-Retry-Pushback-Ms", v}}
+		}
+		return []Field{{"X-Loadshed-Reason", string(r.Reason)}}
+	}
+	f := []Field{{"Content-Type", "text/plain; charset=utf-8"}, {"X-Content-Type-Options", "nosniff"},
+		{"Cache-Control", "no-store"}, {"X-Loadshed-Reason", string(r.Reason)}}
+	if v := r.RetryAfterHeader(); v != "" {
+		f = append(f, Field{"Retry-After", v})
+	}
+	return f
 }
 
 func (r *Refusal) Error() string {
@@ -214,6 +248,8 @@ type Pass struct {
 	held     bool
 	stream   bool
 	grpc     bool // the client sent grpc-timeout
+	call     bool // a gRPC call (Request.GRPC)
+	fwdSet   [2]Field
 
 	streaming   bool          // a streaming route
 	streamAfter time.Duration // grpc.streamAfter
@@ -305,7 +341,8 @@ func (g *Gate) Admit(ctx context.Context, r *Request, queued func(admission.Queu
 		}
 	}
 	pass := &Pass{Context: ctx, p: p, spec: &st.spec, gate: g, door: uint8(door), Start: now, streaming: streaming,
-		streamAfter: st.cfg.GRPC.StreamAfter.D(), grpc: st.spec.grpcTimeout && r.Header.Get("Grpc-Timeout") != ""}
+		streamAfter: st.cfg.GRPC.StreamAfter.D(), grpc: st.spec.grpcTimeout && r.Header.Get("Grpc-Timeout") != "",
+		call: r.GRPC || r.Door == metrics.DoorGRPC}
 	if !req.Deadline.IsZero() {
 		// A deadline at Start itself (already late) was refused above; an admitted one lies after.
 		pass.deadline = req.Deadline.Sub(now)
@@ -326,6 +363,12 @@ func (g *Gate) Admit(ctx context.Context, r *Request, queued func(admission.Queu
 		var rej *admission.Rejection
 		if errors.As(err, &rej) {
 			return nil, g.refuse(st, p, door, req, rej)
+		}
+		if errors.Is(context.Cause(ctx), ErrAnswerDue) {
+			// The door cannot hold the request longer: a queue timeout, whose retry hint is the
+			// wait it has had.
+			waited := max(g.clock.Now().Sub(now), time.Millisecond)
+			return nil, g.refuse(st, p, door, req, &admission.Rejection{Reason: admission.ReasonQueueTimeout, RetryAfter: waited, Stage: p.strategy})
 		}
 		// The client went away while it waited: no answer, no upstream call.
 		p.m.count(door, outcomeCanceled, 499)
@@ -388,7 +431,7 @@ func (ps *Pass) BodyError() error {
 }
 
 // isCall reports a gRPC call: its outcome is its final grpc-status, its sample its duration.
-func (ps *Pass) isCall() bool { return doors[ps.door] == metrics.DoorGRPC }
+func (ps *Pass) isCall() bool { return ps.call }
 
 // Streaming reports a request of a streaming route: its permit goes back at the response
 // headers, and no read or upstream timeout cuts it.
@@ -447,6 +490,29 @@ func (ps *Pass) Outcome() string { return outcomes[ps.outcome] }
 // Forwarding marks the moment the request leaves for the upstream: upstream latency counts
 // from here.
 func (ps *Pass) Forwarding(at time.Time) { ps.fwd = max(at.Sub(ps.Start), 1) }
+
+// Forward marks the moment the request leaves for the upstream (Forwarding) and returns how its
+// headers change on the way: the admission headers to remove (StripHeaders) and the headers to
+// set, the remaining deadline in the timeout header and, when the client sent grpc-timeout, in
+// grpc-timeout too, so the upstream can give up in time. The slices are the Pass's own.
+func (ps *Pass) Forward(now time.Time) (remove []string, set []Field) {
+	ps.Forwarding(now)
+	dl := ps.ClientDeadline()
+	if dl.IsZero() {
+		return ps.spec.strip, nil
+	}
+	left := max(dl.Sub(now), time.Millisecond).Truncate(time.Millisecond)
+	n := 0
+	if name := ps.spec.timeoutHeader; name != "" {
+		ps.fwdSet[n] = Field{name, left.String()}
+		n++
+	}
+	if ps.grpc {
+		ps.fwdSet[n] = Field{"Grpc-Timeout", strconv.FormatInt(left.Milliseconds(), 10) + "m"}
+		n++
+	}
+	return ps.spec.strip, ps.fwdSet[:n]
+}
 
 // Responded records the upstream's response headers, arrived at at: the status decides the
 // outcome (5xx an upstream error, 4xx the client's), and the latency since Forwarding is

@@ -4,6 +4,7 @@
 package live
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -20,6 +21,8 @@ import (
 
 	"github.com/loadshed/loadshed/internal/backend"
 	"github.com/loadshed/loadshed/internal/config"
+	"github.com/loadshed/loadshed/internal/extproc"
+	"github.com/loadshed/loadshed/internal/gate"
 	"github.com/loadshed/loadshed/internal/loadgen"
 	"github.com/loadshed/loadshed/internal/proxy"
 	"github.com/loadshed/loadshed/internal/slowtail"
@@ -36,9 +39,12 @@ type Env struct {
 	BackendURL   string        // the backend's data port (no admission)
 	BackendGRPC  string        // the backend's gRPC port (host:port), when Setup.GRPC
 	BackendAdmin string        // the backend's admin port (a test tool)
-	cancel       context.CancelFunc
-	done         chan error
-	dir          string
+	// Envoy is the Envoy in front of the backend when Setup.Envoy asked for one; the proxy is
+	// then its external processor, with no data port (ProxyURL is empty).
+	Envoy  *Envoy
+	cancel context.CancelFunc
+	done   chan error
+	dir    string
 }
 
 // Setup describes an environment: the backend's capacity and service time, and the proxy's
@@ -65,7 +71,17 @@ type Setup struct {
 	// to that port instead of the HTTP one; with the default upstreamProtocol (auto) the proxy
 	// sends gRPC calls there over h2c. Offer gRPC load with Load.GRPC.
 	GRPC bool
+	// Envoy, when set, puts a real Envoy (deploy/envoy/envoy.yaml) in front of the backend and
+	// runs the proxy as its external processor only; the proxy's extProc timeouts mirror the
+	// Envoy's (zero timeouts: the file's 200ms and 2s). ExtProc is filled in, and App unless set.
+	Envoy *EnvoySetup
 }
+
+// The ext_proc filter's timeouts in deploy/envoy/envoy.yaml.
+const (
+	envoyMessageTimeout    = 200 * time.Millisecond
+	envoyMaxMessageTimeout = 2 * time.Second
+)
 
 // Constant returns a service time of exactly d.
 func Constant(d time.Duration) slowtail.Config { return slowtail.Constant(d) }
@@ -121,6 +137,14 @@ func Start(s Setup) (*Env, error) {
 			return nil, err
 		}
 	}
+	if s.Envoy != nil {
+		env := *s.Envoy
+		env.MessageTimeout = cmp.Or(env.MessageTimeout, envoyMessageTimeout)
+		env.MaxMessageTimeout = cmp.Or(env.MaxMessageTimeout, envoyMaxMessageTimeout)
+		env.App = cmp.Or(env.App, data.Addr().String())
+		env.ExtProc = pListen // the ext_proc server takes the data port's place
+		s.Envoy = &env
+	}
 	cfg, err := proxyConfig(s, pListen, pAdmin, upstream)
 	if err != nil {
 		e.Close()
@@ -136,9 +160,9 @@ func Start(s Setup) (*Env, error) {
 			e.Close()
 			return nil, err
 		}
-		return e, nil
+		return e, e.startEnvoy(s)
 	}
-	opts := proxy.Options{}
+	opts := proxy.Options{Doors: []gate.OpenDoor{extproc.Open}}
 	if s.Reloadable {
 		if e.dir, err = os.MkdirTemp("", "loadshed-live-"); err != nil {
 			e.Close()
@@ -163,12 +187,30 @@ func Start(s Setup) (*Env, error) {
 	e.Proxy = px
 	d, a := px.Addrs()
 	e.ProxyURL, e.ProxyAdmin = "http://"+d, "http://"+a
+	if s.Envoy != nil {
+		e.ProxyURL = ""
+		s.Envoy.ExtProc = px.Doors()[0].Addr().String()
+	}
 	go func() { e.done <- px.Serve(ctx) }()
 	if err := waitReady(e.ProxyAdmin+"/readyz", 5*time.Second); err != nil {
 		e.Close()
 		return nil, err
 	}
-	return e, nil
+	return e, e.startEnvoy(s)
+}
+
+// startEnvoy starts the Envoy s asks for, if any; on failure it closes e.
+func (e *Env) startEnvoy(s Setup) error {
+	if s.Envoy == nil {
+		return nil
+	}
+	envoy, err := StartEnvoy(*s.Envoy)
+	if err != nil {
+		e.Close()
+		return err
+	}
+	e.Envoy = envoy
+	return nil
 }
 
 // proxyConfig is the proxy's configuration for an environment: s's admission block and extra
@@ -183,6 +225,12 @@ func proxyConfig(s Setup, listen, admin, upstream string) (*config.Config, error
 		}
 		c.Reload.Watch = false
 		c.Admission = s.Admission
+		if s.Envoy != nil {
+			// Envoy's external processor only: no data port, no upstream (Envoy forwards).
+			c.Listen, c.Upstream = "", ""
+			c.ExtProc = config.ExtProc{Listen: listen, MessageTimeout: config.Duration(s.Envoy.MessageTimeout),
+				MaxMessageTimeout: config.Duration(s.Envoy.MaxMessageTimeout)}
+		}
 	})
 }
 
@@ -225,8 +273,11 @@ func waitReady(url string, within time.Duration) error {
 	return errors.New("proxy not ready: " + url)
 }
 
-// Close shuts the proxy and the backend down and waits for them.
+// Close shuts Envoy, the proxy and the backend down and waits for them.
 func (e *Env) Close() {
+	if e.Envoy != nil {
+		e.Envoy.Close()
+	}
 	if e.ProxyProcess != nil && e.ProxyProcess.ProcessState == nil {
 		e.ProxyProcess.Process.Signal(syscall.SIGTERM)
 		e.ProxyProcess.Wait()
@@ -272,6 +323,9 @@ func (e *Env) startProcess(s Setup, config []byte, listen, admin string) error {
 	}
 	e.ProxyProcess = cmd
 	e.ProxyURL, e.ProxyAdmin = "http://"+listen, "http://"+admin
+	if s.Envoy != nil {
+		e.ProxyURL = "" // Envoy's external processor only
+	}
 	return waitReady(e.ProxyAdmin+"/readyz", 10*time.Second)
 }
 
@@ -293,6 +347,11 @@ type Load struct {
 // Run offers the load to the proxy and returns the generator's result.
 func (e *Env) Run(ctx context.Context, l Load) (*loadgen.Result, error) {
 	return e.run(ctx, e.ProxyURL, l)
+}
+
+// RunEnvoy offers the load to the Envoy in front of the backend (Setup.Envoy).
+func (e *Env) RunEnvoy(ctx context.Context, l Load) (*loadgen.Result, error) {
+	return e.run(ctx, e.Envoy.URL, l)
 }
 
 // RunDirect offers the load to the backend itself, with no proxy in between (its gRPC port for

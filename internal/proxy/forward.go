@@ -10,7 +10,6 @@ import (
 	"net/http/httptrace"
 	"net/textproto"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -103,20 +102,14 @@ func (x *exchange) outbound(ctx context.Context) (*http.Request, error) {
 	}
 	cfg := h.gate.Config()
 	x.forwarded(hdr, cfg.TrustForwardedHeaders)
-	for _, name := range x.pass.StripHeaders() {
+	// The admission headers go; the remaining deadline is forwarded, so the upstream can give
+	// up in time too.
+	remove, set := x.pass.Forward(time.Now())
+	for _, name := range remove {
 		hdr.Del(name)
 	}
-	now := time.Now()
-	x.pass.Forwarding(now)
-	if dl := x.pass.ClientDeadline(); !dl.IsZero() {
-		// Forward the remaining deadline, so the upstream can give up in time too.
-		left := max(dl.Sub(now), time.Millisecond).Truncate(time.Millisecond)
-		if name := x.pass.TimeoutHeader(); name != "" {
-			hdr.Set(name, left.String())
-		}
-		if x.pass.GRPCTimeout() {
-			hdr.Set("Grpc-Timeout", strconv.FormatInt(left.Milliseconds(), 10)+"m")
-		}
+	for _, f := range set {
+		hdr.Set(f.Name, f.Value)
 	}
 
 	target := h.upstream.Load()
@@ -208,13 +201,13 @@ func (x *exchange) respond(res *http.Response) {
 	pass := x.pass
 	now := time.Now()
 	var holdErr error
-	if isGRPC(x.in.Header.Get("Content-Type")) && res.StatusCode == http.StatusOK {
+	if gate.IsGRPC(x.in.Header.Get("Content-Type")) && res.StatusCode == http.StatusOK {
 		// A gRPC call ends with its grpc-status: in the headers of a trailers-only answer, else
 		// in the trailers after the last message.
 		pass.Responded(res.StatusCode, now, pass.Streaming())
 		switch {
 		case res.Header.Get("Grpc-Status") != "":
-			pass.CallEnded(grpcStatusOf(res.Header.Get("Grpc-Status")), now)
+			pass.CallEnded(gate.GRPCStatus(res.Header.Get("Grpc-Status")), now)
 		case pass.Streaming():
 			pass.Complete()
 		default:
@@ -223,7 +216,7 @@ func (x *exchange) respond(res *http.Response) {
 	} else {
 		// Upgrades and event streams are streams: their permit goes back as they start, and
 		// their duration is no sample.
-		stream := pass.Streaming() || isStream(res.Header.Get("Content-Type"))
+		stream := pass.Streaming() || gate.IsEventStream(res.Header.Get("Content-Type"))
 		pass.Responded(res.StatusCode, now, stream)
 		if stream {
 			pass.Complete()
@@ -307,7 +300,7 @@ func (x *exchange) hold(res *http.Response) (bool, error) {
 // copyBody copies the upstream's body to the client through a pooled buffer; a body of unknown
 // length (a stream, a gRPC call) is flushed after every write.
 func (x *exchange) copyBody(res *http.Response) error {
-	flush := res.ContentLength < 0 || isStream(res.Header.Get("Content-Type"))
+	flush := res.ContentLength < 0 || gate.IsEventStream(res.Header.Get("Content-Type"))
 	buf := copyBuffers.Get().(*[]byte)
 	defer copyBuffers.Put(buf)
 	for {
@@ -555,14 +548,14 @@ func (h *handler) upstreamFailed(w http.ResponseWriter, r *http.Request, err err
 			pass.Failed(outcome, status)
 		}
 	}
-	grpc := isGRPC(r.Header.Get("Content-Type"))
+	grpc := gate.IsGRPC(r.Header.Get("Content-Type"))
 	if r.Context().Err() != nil && !errors.Is(r.Context().Err(), context.DeadlineExceeded) {
 		// The client went away, or its body stopped at server.readTimeout (net/http cancels
 		// the context on a read error). A departed client never sees this answer; a slow one
 		// must not get the empty 200 net/http would send if nothing were written.
 		fail(metrics.OutcomeCanceled, 0)
 		if grpc {
-			writeGRPCStatus(w, grpcCanceled, "request canceled", "", "")
+			writeGRPCStatus(w, gate.GRPCCanceled, "request canceled", "", "")
 			return
 		}
 		w.Header().Set("Connection", "close")
@@ -600,9 +593,9 @@ func (h *handler) upstreamFailed(w http.ResponseWriter, r *http.Request, err err
 	h.log.Debug("upstream failed", "err", err, "status", code)
 	if grpc {
 		// Never confused with a shed: no pushback, no X-Loadshed-Reason.
-		g := grpcUnavailable
+		g := gate.GRPCUnavailable
 		if code == http.StatusGatewayTimeout {
-			g = grpcDeadlineExceeded
+			g = gate.GRPCDeadlineExceeded
 		}
 		writeGRPCStatus(w, g, "upstream "+strings.ReplaceAll(outcome, "_", " "), "", "")
 		return

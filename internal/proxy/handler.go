@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -44,7 +43,7 @@ func newHandler(g *gate.Gate, cfg *config.Config, log *slog.Logger) *handler {
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	grpc := isGRPC(r.Header.Get("Content-Type"))
+	grpc := gate.IsGRPC(r.Header.Get("Content-Type"))
 	door := metrics.DoorHTTP
 	if grpc {
 		door = metrics.DoorGRPC
@@ -173,14 +172,7 @@ func (h *handler) bodyFailed(w http.ResponseWriter, r *http.Request, door string
 // matching grpc-status.
 func (h *handler) clientError(w http.ResponseWriter, code int, msg string, grpc bool) {
 	if grpc {
-		g := grpcInvalidArgument
-		switch code {
-		case http.StatusRequestTimeout:
-			g = grpcDeadlineExceeded
-		case http.StatusRequestEntityTooLarge:
-			g = grpcResourceExhausted
-		}
-		writeGRPCStatus(w, g, msg, "", "")
+		writeGRPCStatus(w, gate.ClientGRPCCode(code), msg, "", "")
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -210,15 +202,11 @@ func (h *handler) refuse(w http.ResponseWriter, err error, grpc bool) {
 	var bad *gate.ClientError
 	switch {
 	case errors.As(err, &rej) && grpc:
-		writeGRPCStatus(w, rej.GRPCCode, "loadshed: "+string(rej.Reason), rej.PushbackMillis(), string(rej.Reason))
+		writeGRPCStatus(w, rej.GRPCCode, rej.GRPCMessage(), rej.PushbackMillis(), string(rej.Reason))
 	case errors.As(err, &rej):
 		hdr := w.Header()
-		hdr.Set("Content-Type", "text/plain; charset=utf-8")
-		hdr.Set("X-Content-Type-Options", "nosniff")
-		hdr.Set("Cache-Control", "no-store")
-		hdr.Set("X-Loadshed-Reason", string(rej.Reason))
-		if v := rej.RetryAfterHeader(); v != "" {
-			hdr.Set("Retry-After", v)
+		for _, f := range rej.Headers(false) {
+			hdr.Set(f.Name, f.Value)
 		}
 		w.WriteHeader(rej.Status)
 		fmt.Fprintf(w, "%d %s: %s\n", rej.Status, http.StatusText(rej.Status), rej.Reason)
@@ -226,19 +214,11 @@ func (h *handler) refuse(w http.ResponseWriter, err error, grpc bool) {
 		h.clientError(w, http.StatusRequestEntityTooLarge, bad.Error(), grpc)
 	case errors.As(err, &bad):
 		if grpc {
-			writeGRPCStatus(w, grpcInvalidArgument, bad.Error(), "", "")
+			writeGRPCStatus(w, gate.GRPCInvalidArgument, bad.Error(), "", "")
 			return
 		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.WriteHeader(http.StatusBadRequest)
 		fmt.Fprintf(w, "400 Bad Request: %s\n", bad)
 	}
-}
-
-// isStream reports an event stream: a long-lived response whose duration is not a latency
-// sample. (A gRPC call is a sample unless its route is streaming or it outlives
-// grpc.streamAfter.)
-func isStream(contentType string) bool {
-	ct, _, _ := strings.Cut(contentType, ";")
-	return strings.EqualFold(strings.TrimSpace(ct), "text/event-stream")
 }

@@ -150,6 +150,17 @@ Seconds the application keeps running after the pod is told to stop.
 {{- end }}
 
 {{/*
+The sidecar's mode: proxy (a reverse proxy in front of the app) or extproc (the
+external processor of an Envoy in the pod).
+*/}}
+{{- define "loadshed.mode" -}}
+{{- if not (has .Values.mode (list "proxy" "extproc")) }}
+{{- fail (printf "mode: %q is not one of proxy, extproc" .Values.mode) }}
+{{- end }}
+{{- .Values.mode }}
+{{- end }}
+
+{{/*
 The sidecar's config file (the proxy's YAML schema). Only the selected
 strategy's block is written.
 */}}
@@ -195,6 +206,12 @@ strategy's block is written.
 {{- $_ := set $cfg "trust" $trust }}
 {{- if $p.tls.secretName }}
 {{- $_ := set $cfg "tls" (dict "certFile" "/etc/loadshed-tls/tls.crt" "keyFile" "/etc/loadshed-tls/tls.key") }}
+{{- end }}
+{{- if eq (include "loadshed.mode" .) "extproc" }}
+{{- /* The external processor of the pod's Envoy only: no data port, no upstream (Envoy forwards). */}}
+{{- $_ := set $cfg "listen" "" }}
+{{- $_ := unset $cfg "upstream" }}
+{{- $_ := set $cfg "extProc" (dict "listen" (printf "127.0.0.1:%d" (int $p.extProc.port)) "messageTimeout" $p.extProc.messageTimeout "maxMessageTimeout" $p.extProc.maxMessageTimeout) }}
 {{- end }}
 {{- $cfg = mustMergeOverwrite $cfg (deepCopy $p.extraConfig) }}
 {{- toYaml $cfg }}
