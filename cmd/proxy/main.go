@@ -4,6 +4,8 @@
 //	proxy --config FILE [--listen ADDR] [--upstream URL] [--admin-listen ADDR] [--log-level LEVEL]
 //	proxy --check-config FILE
 //	proxy --version
+//
+// POD_NAME, when set, names this replica among those that share a quota store (clients.store).
 package main
 
 import (
@@ -12,10 +14,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 
 	"github.com/loadshed/loadshed/internal/cli"
 	"github.com/loadshed/loadshed/internal/config"
 	"github.com/loadshed/loadshed/internal/proxy"
+	"github.com/loadshed/loadshed/internal/quota"
 	"github.com/loadshed/loadshed/internal/version"
 )
 
@@ -66,13 +70,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	quota.SetClientLogger(log)
 	srv, err := proxy.New(cfg, proxy.Options{Logger: log, ConfigPath: *configPath, Overrides: overrides(*listen, *upstream, *adminListen),
-		MaxConfigBytes: *maxConfig})
+		MaxConfigBytes: *maxConfig, ReplicaID: os.Getenv(podNameEnv)})
 	if err != nil {
 		return err
 	}
 	return srv.Serve(ctx)
 }
+
+// podNameEnv names the environment variable holding the pod's name (the chart sets it from the
+// downward API): the replica's name among those sharing a quota store. Unset, the replica is
+// named by its host name and a random suffix.
+const podNameEnv = "POD_NAME"
 
 func overrides(listen, upstream, admin string) func(*config.Config) {
 	return func(c *config.Config) {

@@ -32,12 +32,16 @@ type Env struct {
 	ProxyProcess *exec.Cmd     // set when Setup.ProxyBinary was given
 	ProxyURL     string        // the data port, e.g. "http://127.0.0.1:41234"
 	ProxyAdmin   string        // the admin port's base URL
-	ConfigPath   string        // the proxy's configuration file, when Setup.Reloadable
-	BackendURL   string        // the backend's data port (no admission)
-	BackendAdmin string        // the backend's admin port (a test tool)
-	cancel       context.CancelFunc
-	done         chan error
-	dir          string
+	// Proxies are every in-process proxy replica (Setup.Replicas), Proxy first, with their data
+	// and admin URLs.
+	Proxies                []*proxy.Server
+	ProxyURLs, ProxyAdmins []string
+	ConfigPath             string // the proxy's configuration file, when Setup.Reloadable
+	BackendURL             string // the backend's data port (no admission)
+	BackendAdmin           string // the backend's admin port (a test tool)
+	cancel                 context.CancelFunc
+	done                   chan error
+	dir                    string
 }
 
 // Setup describes an environment: the backend's capacity and service time, and the proxy's
@@ -60,6 +64,10 @@ type Setup struct {
 	// Reloadable writes the in-process proxy's configuration to a file (Env.ConfigPath) that
 	// Env.Proxy.Reload reads again.
 	Reloadable bool
+	// Replicas runs this many in-process proxies with the same configuration in front of the
+	// one backend (default 1), named replica-0, replica-1, ... among those sharing a quota
+	// store (clients.store).
+	Replicas int
 }
 
 // Constant returns a service time of exactly d.
@@ -87,7 +95,7 @@ func Start(s Setup) (*Env, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	e := &Env{Backend: be, cancel: cancel, done: make(chan error, 2),
+	e := &Env{Backend: be, cancel: cancel, done: make(chan error, 1+max(s.Replicas, 1)),
 		BackendURL: "http://" + data.Addr().String(), BackendAdmin: "http://" + admin.Addr().String()}
 	go func() {
 		e.done <- be.Serve(ctx, backend.ServeConfig{Data: data, Admin: admin, ShutdownTimeout: 5 * time.Second})
@@ -133,23 +141,28 @@ func Start(s Setup) (*Env, error) {
 		}
 		opts.ConfigPath = e.ConfigPath
 	}
-	px, err := proxy.New(cfg, opts)
-	if err != nil {
-		e.Close()
-		return nil, err
+	for i := range max(s.Replicas, 1) {
+		opts.ReplicaID = fmt.Sprintf("replica-%d", i)
+		px, err := proxy.New(cfg, opts)
+		if err != nil {
+			e.Close()
+			return nil, err
+		}
+		if err := px.Listen(); err != nil {
+			px.Close()
+			e.Close()
+			return nil, err
+		}
+		d, a := px.Addrs()
+		e.Proxies = append(e.Proxies, px)
+		e.ProxyURLs, e.ProxyAdmins = append(e.ProxyURLs, "http://"+d), append(e.ProxyAdmins, "http://"+a)
+		go func() { e.done <- px.Serve(ctx) }()
+		if err := waitReady("http://"+a+"/readyz", 5*time.Second); err != nil {
+			e.Close()
+			return nil, err
+		}
 	}
-	if err := px.Listen(); err != nil {
-		e.Close()
-		return nil, err
-	}
-	e.Proxy = px
-	d, a := px.Addrs()
-	e.ProxyURL, e.ProxyAdmin = "http://"+d, "http://"+a
-	go func() { e.done <- px.Serve(ctx) }()
-	if err := waitReady(e.ProxyAdmin+"/readyz", 5*time.Second); err != nil {
-		e.Close()
-		return nil, err
-	}
+	e.Proxy, e.ProxyURL, e.ProxyAdmin = e.Proxies[0], e.ProxyURLs[0], e.ProxyAdmins[0]
 	return e, nil
 }
 
@@ -214,11 +227,7 @@ func (e *Env) Close() {
 		e.ProxyProcess.Wait()
 	}
 	e.cancel()
-	n := 1
-	if e.Proxy != nil {
-		n = 2
-	}
-	for range n {
+	for range 1 + len(e.Proxies) {
 		<-e.done
 	}
 	if e.dir != "" {

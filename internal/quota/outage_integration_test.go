@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/loadshed/loadshed/internal/quota/quotatest"
 )
 
 // waitSlack is what a Check may take beyond the store timeout: the scheduler waking the
@@ -68,8 +70,8 @@ func (w *fallbackWatch) end() {
 type disruption struct {
 	name    string
 	through bool // limiters reach Redis through the stalling proxy
-	begin   func(t *testing.T, r *redisServer, p *stallProxy)
-	end     func(t *testing.T, r *redisServer, p *stallProxy)
+	begin   func(t *testing.T, r *quotatest.Server, p *quotatest.StallProxy)
+	end     func(t *testing.T, r *quotatest.Server, p *quotatest.StallProxy)
 }
 
 // TestStoreAwayIsInvisible: Redis killed, Redis blocked by DEBUG SLEEP, and the network path
@@ -89,45 +91,45 @@ func TestStoreAwayIsInvisible(t *testing.T) {
 	for _, d := range []disruption{
 		{
 			name:  "killed",
-			begin: func(t *testing.T, r *redisServer, _ *stallProxy) { r.kill() },
-			end:   func(t *testing.T, r *redisServer, _ *stallProxy) { r.start() },
+			begin: func(t *testing.T, r *quotatest.Server, _ *quotatest.StallProxy) { r.Kill() },
+			end:   func(t *testing.T, r *quotatest.Server, _ *quotatest.StallProxy) { r.Start() },
 		},
 		{
 			name: "DEBUG SLEEP",
-			begin: func(t *testing.T, r *redisServer, _ *stallProxy) {
+			begin: func(t *testing.T, r *quotatest.Server, _ *quotatest.StallProxy) {
 				sleeping.Add(1)
 				go func() {
 					defer sleeping.Done()
-					c := r.admin()
+					c := r.Admin()
 					defer c.Close()
 					if err := c.Do(context.Background(), "DEBUG", "SLEEP", (disruptTo - disruptFrom).Seconds()).Err(); err != nil {
 						t.Errorf("DEBUG SLEEP: %v", err)
 					}
 				}()
 			},
-			end: func(t *testing.T, r *redisServer, _ *stallProxy) { sleeping.Wait() },
+			end: func(t *testing.T, r *quotatest.Server, _ *quotatest.StallProxy) { sleeping.Wait() },
 		},
 		{
 			name:    "stalled network",
 			through: true,
-			begin:   func(t *testing.T, _ *redisServer, p *stallProxy) { p.stall() },
-			end:     func(t *testing.T, _ *redisServer, p *stallProxy) { p.flow() },
+			begin:   func(t *testing.T, _ *quotatest.Server, p *quotatest.StallProxy) { p.Stall() },
+			end:     func(t *testing.T, _ *quotatest.Server, p *quotatest.StallProxy) { p.Flow() },
 		},
 	} {
 		t.Run(d.name, func(t *testing.T) {
-			r := startRedis(t)
-			p := newStallProxy(t, r.addr())
-			addr := r.addr()
+			r := quotatest.Start(t)
+			p := quotatest.NewStallProxy(t, r.Addr())
+			addr := r.Addr()
 			if d.through {
-				addr = p.addr()
+				addr = p.Addr()
 			}
 			cfg := RedisConfig{Addr: addr}.withDefaults()
-			baseGoroutines := goroutines()
-			baseClients := r.clients(t)
+			baseGoroutines := quotatest.Goroutines()
+			baseClients := r.Clients(t)
 
 			rs := newReplicas(t, n, cfg, testQuota(), nil)
 			rs.waitCounted(t, n)
-			mon := startStallMonitor()
+			mon := quotatest.StartStallMonitor()
 			start := time.Now()
 			w := watchFallback(rs.stores, start, disruptFrom, disruptTo)
 			var calls []call
@@ -142,7 +144,7 @@ func TestStoreAwayIsInvisible(t *testing.T) {
 			d.end(t, r, p)
 			<-loadDone
 			w.end()
-			mon.end()
+			mon.End()
 
 			// No added wait beyond the store timeout, whatever the store did.
 			all := tookLatencies(calls, 0, runFor)
@@ -190,15 +192,15 @@ func TestStoreAwayIsInvisible(t *testing.T) {
 
 			// Nothing left behind.
 			rs.close()
-			p.close()
-			if got := settledGoroutines(baseGoroutines, 5*time.Second); got > baseGoroutines {
-				t.Errorf("%d goroutines after closing, %d before the replicas started\n%s", got, baseGoroutines, goroutineDump())
+			p.Close()
+			if got := quotatest.SettledGoroutines(baseGoroutines, 5*time.Second); got > baseGoroutines {
+				t.Errorf("%d goroutines after closing, %d before the replicas started\n%s", got, baseGoroutines, quotatest.GoroutineDump())
 			}
 			deadline := time.Now().Add(3 * time.Second)
-			for r.clients(t) > baseClients && time.Now().Before(deadline) {
+			for r.Clients(t) > baseClients && time.Now().Before(deadline) {
 				time.Sleep(50 * time.Millisecond)
 			}
-			if got := r.clients(t); got > baseClients {
+			if got := r.Clients(t); got > baseClients {
 				t.Errorf("Redis lists %d client connections after the replicas closed, %d before", got, baseClients)
 			}
 		})
