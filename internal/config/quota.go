@@ -1,6 +1,13 @@
 package config
 
 import (
+	"bytes"
+	"errors"
+	"io"
+	"reflect"
+
+	"go.yaml.in/yaml/v3"
+
 	"github.com/loadshed/loadshed/internal/quota"
 	"github.com/loadshed/loadshed/pkg/admission"
 )
@@ -128,4 +135,37 @@ func (r *Route) validateRouteClients(errs *Problems, path string, top *Clients) 
 	if err := (quota.Quota{Name: r.Name, Limits: admission.ClientLimitsConfig{Rate: 1, Burst: 1, MaxKeys: 1}}).Validate(); err != nil {
 		errs.add(path+".name", "names the route's client quota (routes[].clients), so it must be 1 to 64 printable ASCII characters without spaces or ':', got %q", r.Name)
 	}
+}
+
+// ParseClients decodes a clients block alone (what stands under "clients:" in the file) with
+// the same strict decoder and validation, so problems name the same fields ("clients.rate").
+// The lab reads quotas with it.
+func ParseClients(data []byte) (*Clients, error) {
+	var c Clients
+	c.setDefaults()
+	var errs Problems
+	if n := entries(data); n > maxEntries {
+		errs.add("clients", "%d lines and items; a clients block has at most %d", n, maxEntries)
+		return nil, &errs
+	}
+	var doc yaml.Node
+	switch err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&doc); {
+	case errors.Is(err, io.EOF):
+		errs.add("clients", "empty: want a clients block such as {rate: 100, burst: 20}")
+	case err != nil:
+		errs.add("clients", "not valid YAML: %v", err)
+	default:
+		if n := doc.Content[0]; n.Kind != yaml.MappingNode {
+			errs.addLine(n.Line, "clients", "want a mapping such as {rate: 100, burst: 20}, got %s", describe(n))
+		} else {
+			decodeValue(n, reflect.ValueOf(&c).Elem(), "clients", &errs)
+		}
+	}
+	if len(errs.List) == 0 {
+		c.validate(&errs)
+	}
+	if len(errs.List) > 0 {
+		return nil, &errs
+	}
+	return &c, nil
 }

@@ -49,3 +49,20 @@ func TestStoreProblemsNameTheirFields(t *testing.T) {
 		t.Fatalf("got %v, want a typo named with a suggestion", err)
 	}
 }
+
+func TestParseClients(t *testing.T) {
+	c, err := ParseClients([]byte("{rate: 2.5, burst: 4, deny: [x]}"))
+	if err != nil || c.Rate != 2.5 || c.Burst != 4 || c.MaxKeys != 10000 || c.Deny[0] != "x" {
+		t.Fatalf("got %+v, %v", c, err)
+	}
+	for in, want := range map[string]string{
+		"":                          "clients: empty",
+		"[1]":                       "clients: want a mapping",
+		"{rate: 0, burst: 1}":       "clients.rate: must be a positive number",
+		"{rate: 1, burst: 1, x: 1}": "clients.x: unknown field",
+	} {
+		if _, err := ParseClients([]byte(in)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %q", in, err, want)
+		}
+	}
+}
