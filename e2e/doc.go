@@ -19,6 +19,9 @@
 //	E2E_UNLOADED        duration of the unloaded run at 0.25x (default 10s)
 //	E2E_STEADY          duration of each steady-load run at 0.5x (default 40s; it must outlast a
 //	                    pod replacement, which the test checks)
+//	E2E_QUOTA           the quota rows (two replicas sharing a per-client quota through one Redis,
+//	                    then Redis scaled to 0): 1 (default) after the strategies, 0 none,
+//	                    only nothing else
 //	E2E_KEEP_CLUSTER    1 keeps the cluster after the run (for debugging)
 //	LOADSHED_CACHE      tool cache (default ~/.cache/loadshed)
 package e2e
