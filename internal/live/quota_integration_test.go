@@ -326,13 +326,17 @@ next:
 type breakerWatch struct {
 	mu      sync.Mutex
 	on, off []time.Duration // -1: not seen
-	stop    chan struct{}
-	done    chan struct{}
+	// again is how long each replica was back in fallback after its return to the store (a
+	// process stalled past the store timeout on a busy machine looks like a store away).
+	again []time.Duration
+	last  time.Duration
+	stop  chan struct{}
+	done  chan struct{}
 }
 
 func watchBreakers(e *Env, start time.Time, from, to time.Duration) *breakerWatch {
 	w := &breakerWatch{on: make([]time.Duration, len(e.Proxies)), off: make([]time.Duration, len(e.Proxies)),
-		stop: make(chan struct{}), done: make(chan struct{})}
+		again: make([]time.Duration, len(e.Proxies)), stop: make(chan struct{}), done: make(chan struct{})}
 	for i := range w.on {
 		w.on[i], w.off[i] = -1, -1
 	}
@@ -357,7 +361,11 @@ func watchBreakers(e *Env, start time.Time, from, to time.Duration) *breakerWatc
 				if !fallback && now >= to && w.on[i] >= 0 && w.off[i] < 0 {
 					w.off[i] = now
 				}
+				if fallback && w.off[i] >= 0 {
+					w.again[i] += now - w.last
+				}
 			}
+			w.last = now
 			w.mu.Unlock()
 		}
 	}()
@@ -467,12 +475,18 @@ func TestQuotaStoreAwayIsInvisible(t *testing.T) {
 			t.Logf("FIGURE %s: request latency before the disruption %s; during it and its recovery %s (store timeout %v)",
 				d.name, usual, during, quota.DefaultTimeout)
 			quotatest.CheckAddedWait(t, d.name, calls, bound, mon)
+			slow := slices.Clone(answers)
+			slices.SortFunc(slow, func(a, b answer) int { return int(b.took - a.took) })
+			for _, a := range slow[:3] {
+				t.Logf("FIGURE %s: a slowest request: scheduled at %v, took %v (longest process stall around it %v)",
+					d.name, a.at, a.took, mon.LongestIn(a.start, a.start.Add(a.took)))
+			}
 
 			// Each replica falls back within a second and uses the store again within seconds.
 			for i := range e.Proxies {
 				on, off := w.on[i], w.off[i]
-				t.Logf("FIGURE %s: replica %d in fallback %v after the disruption began, back on the store %v after it ended",
-					d.name, i, on-disruptFrom, off-disruptTo)
+				t.Logf("FIGURE %s: replica %d in fallback %v after the disruption began, back on the store %v after it ended (in fallback again for %v since)",
+					d.name, i, on-disruptFrom, off-disruptTo, w.again[i])
 				if on < 0 || on-disruptFrom > time.Second {
 					t.Errorf("replica %d: fallback at %v, want within 1 s of %v", i, on, disruptFrom)
 				}
