@@ -64,7 +64,10 @@ func runQuota(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	spread := "each request to a replica at random"
-	if *conns > 0 {
+	switch {
+	case *conns == 1:
+		spread = "one keep-alive connection, bound to a replica at random"
+	case *conns > 1:
 		spread = fmt.Sprintf("%d keep-alive connections, each bound to a replica at random", *conns)
 	}
 	fmt.Fprintf(stdout, "lab quota: a quota of %g/s with a burst of %d (%s); one client, %s; %s.\n\n", limits.Rate, limits.Burst, what, arr, spread)

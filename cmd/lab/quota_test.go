@@ -36,7 +36,7 @@ func TestQuotaCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, _, err = runLab(t, "quota", "--config", cfg, "--route", "export", "--replicas", "2", "--connections", "1", "--duration", "30s")
-	if err != nil || !strings.Contains(out, "a quota of 2/s with a burst of 1 (route export of proxy.yaml)") || !strings.Contains(out, "1 keep-alive connections") {
+	if err != nil || !strings.Contains(out, "a quota of 2/s with a burst of 1 (route export of proxy.yaml)") || !strings.Contains(out, "one keep-alive connection") {
 		t.Errorf("route quota: %v\n%s", err, out)
 	}
 
