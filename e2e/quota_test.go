@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -117,10 +118,20 @@ func (s *suite) quotaRows(ctx context.Context) error {
 	}
 	var errs []error
 	row := func(name string, tolerance float64, state string) {
-		q, err := s.quotaRun(ctx, name, tolerance)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s row: %w", name, err))
-			return
+		var q criteria.Quota
+		for attempt := 1; ; attempt++ {
+			var err error
+			if q, err = s.quotaRun(ctx, name, attempt, tolerance); err != nil {
+				errs = append(errs, fmt.Errorf("%s row: %w", name, err))
+				return
+			}
+			// A run in which k6 could not keep its schedule (the node's CPU went elsewhere)
+			// is measured again, once, as the strategies' runs are.
+			if err := q.Run.Usable(); err == nil || attempt == maxAttempts {
+				break
+			} else {
+				s.logf("quota %s: %v; measuring again", name, err)
+			}
 		}
 		checks := criteria.QuotaChecks(q)
 		// The gauges at the end of the run say the store stayed (or stayed away) throughout.
@@ -177,13 +188,24 @@ func (s *suite) quotaRows(ctx context.Context) error {
 
 // quotaRun offers the client 3x its quota through the Service for the overload duration and
 // returns the run with what each replica admitted.
-func (s *suite) quotaRun(ctx context.Context, name string, tolerance float64) (criteria.Quota, error) {
+func (s *suite) quotaRun(ctx context.Context, name string, attempt int, tolerance float64) (criteria.Quota, error) {
 	q := criteria.Quota{Row: name, QuotaRPS: quotaRPS, Burst: quotaBurst, Tolerance: tolerance}
 	before, err := s.admittedByPod(ctx)
 	if err != nil {
 		return q, err
 	}
+	sourcesBefore, err := s.quotaSums(ctx, "loadshed_quota_decisions_total", "source")
+	if err != nil {
+		return q, err
+	}
+	errorsBefore, err := s.quotaSums(ctx, "loadshed_quota_store_errors_total", "kind")
+	if err != nil {
+		return q, err
+	}
 	job := quotaRelease + "-" + name
+	if attempt > 1 {
+		job += fmt.Sprintf("-%d", attempt)
+	}
 	sum, _, err := s.k6(ctx, job, quotaRelease, "overload.js", quotaK, s.overload,
 		manifests.EnvVar{Name: "CAPACITY_RPS", Value: fmt.Sprint(quotaRPS)},
 		manifests.EnvVar{Name: "MAX_SHED_SHARE", Value: "1"})
@@ -201,6 +223,23 @@ func (s *suite) quotaRun(ctx context.Context, name string, tolerance float64) (c
 	for pod, n := range after {
 		q.PerPod[pod] = n - before[pod]
 	}
+	// How the checks were decided: by the store, or locally (the store away, or one call of it
+	// past the timeout); the store's errors by kind; its latency.
+	sources, err := s.quotaSums(ctx, "loadshed_quota_decisions_total", "source")
+	if err != nil {
+		return q, err
+	}
+	errs, err := s.quotaSums(ctx, "loadshed_quota_store_errors_total", "kind")
+	if err != nil {
+		return q, err
+	}
+	q.Decisions, q.StoreErrors = diff(sources, sourcesBefore), diff(errs, errorsBefore)
+	p99 := fmt.Sprintf(`histogram_quantile(0.99, sum by (le) (increase(loadshed_quota_store_latency_seconds_bucket{namespace=%q,job=%q,op="take"}[%ds])))`,
+		namespace, quotaRelease, int(s.overload.Seconds())+5)
+	if v, err := s.prom.Query(ctx, p99); err == nil && len(v) == 1 && !math.IsNaN(v[0].Value) {
+		ms := v[0].Value * 1000
+		q.StoreP99Ms = &ms
+	}
 	_ = writeJSON(filepath.Join(s.artifacts, "k6", job+".json"), sum)
 	return q, nil
 }
@@ -217,6 +256,29 @@ func (s *suite) admittedByPod(ctx context.Context) (map[string]float64, error) {
 		out[strings.TrimSuffix(smp.Metric["instance"], ":9901")] = smp.Value
 	}
 	return out, nil
+}
+
+// quotaSums reads a counter of the release's sidecars, summed by one label.
+func (s *suite) quotaSums(ctx context.Context, metric, by string) (map[string]float64, error) {
+	samples, err := s.prom.Query(ctx, fmt.Sprintf(`sum by (%s) (%s{namespace=%q,job=%q})`, by, metric, namespace, quotaRelease))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	for _, smp := range samples {
+		out[smp.Metric[by]] = smp.Value
+	}
+	return out, nil
+}
+
+func diff(after, before map[string]float64) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range after {
+		if d := v - before[k]; d != 0 {
+			out[k] = d
+		}
+	}
+	return out
 }
 
 // waitQuotaGauges waits until every one of n sidecars counts n replicas and shows the given

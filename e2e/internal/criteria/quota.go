@@ -20,6 +20,10 @@ type Quota struct {
 	// Run is k6's summary; PerPod the requests each replica admitted during it.
 	Run    *k6summary.Summary
 	PerPod map[string]float64
+	// Decisions counts the replicas' quota checks by source (store, fallback), StoreErrors
+	// their failed store calls by kind; StoreP99Ms is the p99 of the store calls (informational).
+	Decisions, StoreErrors map[string]float64
+	StoreP99Ms             *float64
 }
 
 // AdmittedRPS is the client's admitted rate over the run, its initial burst left out.
