@@ -130,33 +130,3 @@ func TestQuotaStoreTopologies(t *testing.T) {
 		t.Errorf("Cluster rendered as %+v", r)
 	}
 }
-
-// TestBadQuotaValuesFailClearly: mistakes in the clients block fail at install, naming the value.
-func TestBadQuotaValuesFailClearly(t *testing.T) {
-	for _, c := range []struct {
-		name string
-		args []string
-		want []string
-	}{
-		{"addr and addrs", []string{"--set", "clients.enabled=true,clients.store.redis.addr=r:6379", "--set-json", `clients.store.redis.addrs=["s:1"]`},
-			[]string{"clients.store.redis", "not both"}},
-		{"addr without a port", []string{"--set", "clients.store.redis.addr=redis"}, []string{"/clients/store/redis/addr"}},
-		{"pool too large", []string{"--set", "clients.store.redis.poolSize=5000"}, []string{"/clients/store/redis/poolSize"}},
-		{"prefix with a space", []string{"--set", "clients.store.redis.keyPrefix=my app:"}, []string{"/clients/store/redis/keyPrefix"}},
-		{"timeout not a duration", []string{"--set-string", "clients.store.redis.timeout=fast"}, []string{"/clients/store/redis/timeout"}},
-		{"typo", []string{"--set", "clients.store.redis.adr=r:1"}, []string{"/clients/store/redis", "adr", "not allowed"}},
-		{"zero rate", []string{"--set", "clients.rate=0"}, []string{"/clients/rate"}},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			out, err := helmRun(t, append([]string{"template", "demo", chartDir}, c.args...)...)
-			if err == nil {
-				t.Fatalf("helm template accepted %v; it must fail\n%s", c.args, out)
-			}
-			for _, w := range c.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error does not mention %q:\n%v", w, err)
-				}
-			}
-		})
-	}
-}

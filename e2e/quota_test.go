@@ -246,21 +246,25 @@ func (s *suite) quotaRun(ctx context.Context, name string, attempt int, toleranc
 
 // admittedByPod reads the sidecars' admitted request counters, by pod address.
 func (s *suite) admittedByPod(ctx context.Context) (map[string]float64, error) {
-	q := fmt.Sprintf(`sum by (instance) (loadshed_requests_total{namespace=%q,job=%q,outcome="success"})`, namespace, quotaRelease)
-	samples, err := s.prom.Query(ctx, q)
+	byInstance, err := s.quotaSums(ctx, `loadshed_requests_total{outcome="success"}`, "instance")
 	if err != nil {
 		return nil, err
 	}
 	out := map[string]float64{}
-	for _, smp := range samples {
-		out[strings.TrimSuffix(smp.Metric["instance"], ":9901")] = smp.Value
+	for instance, v := range byInstance {
+		out[strings.TrimSuffix(instance, ":9901")] = v
 	}
 	return out, nil
 }
 
-// quotaSums reads a counter of the release's sidecars, summed by one label.
+// quotaSums reads a counter of the release's sidecars (a metric name, with a label selector or
+// not), summed by one label.
 func (s *suite) quotaSums(ctx context.Context, metric, by string) (map[string]float64, error) {
-	samples, err := s.prom.Query(ctx, fmt.Sprintf(`sum by (%s) (%s{namespace=%q,job=%q})`, by, metric, namespace, quotaRelease))
+	name, sel, _ := strings.Cut(strings.TrimSuffix(metric, "}"), "{")
+	if sel != "" {
+		sel += ","
+	}
+	samples, err := s.prom.Query(ctx, fmt.Sprintf(`sum by (%s) (%s{%snamespace=%q,job=%q})`, by, name, sel, namespace, quotaRelease))
 	if err != nil {
 		return nil, err
 	}

@@ -6,7 +6,6 @@
 package live
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"math"
@@ -384,62 +383,6 @@ next:
 	return sum
 }
 
-// breakerWatch records, for each replica, when its quota store's breaker first left closed
-// after a disruption began, and when it was first closed again after the disruption ended.
-type breakerWatch struct {
-	mu      sync.Mutex
-	on, off []time.Duration // -1: not seen
-	// again is how long each replica was back in fallback after its return to the store (a
-	// process stalled past the store timeout on a busy machine looks like a store away).
-	again []time.Duration
-	last  time.Duration
-	stop  chan struct{}
-	done  chan struct{}
-}
-
-func watchBreakers(e *Env, start time.Time, from, to time.Duration) *breakerWatch {
-	w := &breakerWatch{on: make([]time.Duration, len(e.Proxies)), off: make([]time.Duration, len(e.Proxies)),
-		again: make([]time.Duration, len(e.Proxies)), stop: make(chan struct{}), done: make(chan struct{})}
-	for i := range w.on {
-		w.on[i], w.off[i] = -1, -1
-	}
-	go func() {
-		defer close(w.done)
-		tick := time.NewTicker(2 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-w.stop:
-				return
-			case <-tick.C:
-			}
-			now := time.Since(start)
-			w.mu.Lock()
-			for i, px := range e.Proxies {
-				st, _ := px.QuotaState()
-				fallback := st.Breaker != metrics.BreakerClosed
-				if fallback && now >= from && w.on[i] < 0 {
-					w.on[i] = now
-				}
-				if !fallback && now >= to && w.on[i] >= 0 && w.off[i] < 0 {
-					w.off[i] = now
-				}
-				if fallback && w.off[i] >= 0 {
-					w.again[i] += now - w.last
-				}
-			}
-			w.last = now
-			w.mu.Unlock()
-		}
-	}()
-	return w
-}
-
-func (w *breakerWatch) end() {
-	close(w.stop)
-	<-w.done
-}
-
 // TestQuotaStoreAwayIsInvisible: Redis killed, Redis blocked by DEBUG SLEEP, and the network
 // path to Redis black-holed, each for 4 s in the middle of a 14 s run of two proxy replicas
 // holding a client offered 3x its quota. No request fails, and none waits longer than the
@@ -454,46 +397,9 @@ func TestQuotaStoreAwayIsInvisible(t *testing.T) {
 		disruptTo   = 7 * time.Second
 		runFor      = 14 * time.Second
 	)
-	var sleeping sync.WaitGroup
-	for _, d := range []struct {
-		name       string
-		through    bool // the replicas reach Redis through the stalling proxy
-		begin, end func(t *testing.T, r *quotatest.Server, p *quotatest.StallProxy)
-	}{
-		{
-			name:  "killed",
-			begin: func(t *testing.T, r *quotatest.Server, _ *quotatest.StallProxy) { r.Kill() },
-			end:   func(t *testing.T, r *quotatest.Server, _ *quotatest.StallProxy) { r.Start() },
-		},
-		{
-			name: "DEBUG SLEEP",
-			begin: func(t *testing.T, r *quotatest.Server, _ *quotatest.StallProxy) {
-				sleeping.Add(1)
-				go func() {
-					defer sleeping.Done()
-					c := r.Admin()
-					defer c.Close()
-					if err := c.Do(context.Background(), "DEBUG", "SLEEP", (disruptTo - disruptFrom).Seconds()).Err(); err != nil {
-						t.Errorf("DEBUG SLEEP: %v", err)
-					}
-				}()
-			},
-			end: func(t *testing.T, _ *quotatest.Server, _ *quotatest.StallProxy) { sleeping.Wait() },
-		},
-		{
-			name:    "stalled network",
-			through: true,
-			begin:   func(t *testing.T, _ *quotatest.Server, p *quotatest.StallProxy) { p.Stall() },
-			end:     func(t *testing.T, _ *quotatest.Server, p *quotatest.StallProxy) { p.Flow() },
-		},
-	} {
-		t.Run(d.name, func(t *testing.T) {
-			r := quotatest.Start(t)
-			p := quotatest.NewStallProxy(t, r.Addr())
-			addr := r.Addr()
-			if d.through {
-				addr = p.Addr()
-			}
+	for _, d := range quotatest.Disruptions(disruptTo - disruptFrom) {
+		t.Run(d.Name, func(t *testing.T) {
+			r, p, addr := d.Start(t)
 			baseGoroutines := quotatest.Goroutines()
 			baseClients := r.Clients(t)
 			e := quotaEnv(t, n, addr, "away:")
@@ -506,7 +412,10 @@ func TestQuotaStoreAwayIsInvisible(t *testing.T) {
 
 			mon := quotatest.StartStallMonitor()
 			start := time.Now()
-			w := watchBreakers(e, start, disruptFrom, disruptTo)
+			w := quotatest.WatchFallback(len(e.Proxies), func(i int) bool {
+				st, _ := e.Proxies[i].QuotaState()
+				return st.Breaker != metrics.BreakerClosed
+			}, start, disruptFrom, disruptTo)
 			var answers []answer
 			loadDone := make(chan struct{})
 			go func() {
@@ -514,11 +423,11 @@ func TestQuotaStoreAwayIsInvisible(t *testing.T) {
 				answers = spread(e.ProxyURLs, []flow{{"hot", "/", 3 * quotaRate}, {"calm", "/", 0.4 * quotaRate}, {"control", "/", controlRate}}, start, runFor)
 			}()
 			time.Sleep(time.Until(start.Add(disruptFrom)))
-			d.begin(t, r, p)
+			d.Begin(t, r, p)
 			time.Sleep(time.Until(start.Add(disruptTo)))
-			d.end(t, r, p)
+			d.End(t, r, p)
 			<-loadDone
-			w.end()
+			w.End()
 			mon.End()
 
 			// No request failed; none waited longer than the store timeout beyond what the
@@ -533,14 +442,14 @@ func TestQuotaStoreAwayIsInvisible(t *testing.T) {
 				}
 			}
 			t.Logf("FIGURE %s: request latency before the disruption %s; during it and its recovery %s (store timeout %v)",
-				d.name, usual, during, quota.DefaultTimeout)
-			checkAddedWait(t, d.name, answers, mon)
+				d.Name, usual, during, quota.DefaultTimeout)
+			checkAddedWait(t, d.Name, answers, mon)
 
 			// Each replica falls back within a second and uses the store again within seconds.
 			for i := range e.Proxies {
-				on, off := w.on[i], w.off[i]
+				on, off := w.On[i], w.Off[i]
 				t.Logf("FIGURE %s: replica %d in fallback %v after the disruption began, back on the store %v after it ended (in fallback again for %v since)",
-					d.name, i, on-disruptFrom, off-disruptTo, w.again[i])
+					d.Name, i, on-disruptFrom, off-disruptTo, w.Again[i])
 				if on < 0 || on-disruptFrom > time.Second {
 					t.Errorf("replica %d: fallback at %v, want within 1 s of %v", i, on, disruptFrom)
 				}
@@ -553,9 +462,9 @@ func TestQuotaStoreAwayIsInvisible(t *testing.T) {
 			}
 			// rate / replicas on each holds the client near its quota during the outage; the
 			// global quota holds again after the return; the calm client is not refused.
-			within(t, d.name+", hot client at 3x during the outage (after its first second)",
+			within(t, d.Name+", hot client at 3x during the outage (after its first second)",
 				admitted(answers, "hot", "/", disruptFrom+time.Second, disruptTo), quotaRate*(disruptTo-disruptFrom-time.Second).Seconds(), 0.15)
-			within(t, d.name+", hot client at 3x from 3 s after the return",
+			within(t, d.Name+", hot client at 3x from 3 s after the return",
 				admitted(answers, "hot", "/", disruptTo+3*time.Second, runFor), quotaRate*(runFor-disruptTo-3*time.Second).Seconds(), 0.10)
 			calm := admitted(answers, "calm", "/", 0, time.Hour)
 			if offered := int(0.4 * quotaRate * runFor.Seconds()); float64(calm) < 0.99*float64(offered) {

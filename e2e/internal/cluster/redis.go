@@ -94,19 +94,8 @@ func hostRedis() (string, map[string]string, bool) {
 	if err != nil {
 		return "", nil, false
 	}
-	libs := map[string]string{}
-	for name := range redisLibs {
-		matches, _ := filepath.Glob(filepath.Join("/usr/lib", "*-linux-gnu", name))
-		if len(matches) == 0 {
-			return "", nil, false
-		}
-		p, err := filepath.EvalSymlinks(matches[0])
-		if err != nil {
-			return "", nil, false
-		}
-		libs[name] = p
-	}
-	return bin, libs, true
+	libs, ok := findLibs("/usr/lib/*-linux-gnu")
+	return bin, libs, ok
 }
 
 // unpackedRedis finds redis-server (Debian ships it as redis-check-rdb, of which redis-server
@@ -116,19 +105,26 @@ func unpackedRedis(root string) (string, map[string]string, bool) {
 	if _, err := os.Stat(bin); err != nil {
 		return "", nil, false
 	}
+	libs, ok := findLibs(filepath.Join(root, "usr", "lib", "*"))
+	return bin, libs, ok
+}
+
+// findLibs finds every library of redisLibs in the directories dirs (a glob), each resolved
+// to a regular file.
+func findLibs(dirs string) (map[string]string, bool) {
 	libs := map[string]string{}
 	for name := range redisLibs {
-		matches, _ := filepath.Glob(filepath.Join(root, "usr", "lib", "*", name))
+		matches, _ := filepath.Glob(filepath.Join(dirs, name))
 		if len(matches) == 0 {
-			return "", nil, false
+			return nil, false
 		}
 		p, err := filepath.EvalSymlinks(matches[0])
 		if err != nil {
-			return "", nil, false
+			return nil, false
 		}
 		libs[name] = p
 	}
-	return bin, libs, true
+	return libs, true
 }
 
 // Scale sets the replicas of a Deployment in the namespace.
