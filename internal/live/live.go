@@ -32,16 +32,17 @@ type Env struct {
 	ProxyProcess *exec.Cmd     // set when Setup.ProxyBinary was given
 	ProxyURL     string        // the data port, e.g. "http://127.0.0.1:41234"
 	ProxyAdmin   string        // the admin port's base URL
+	ConfigPath   string        // the proxy's configuration file, when Setup.Reloadable
+	BackendURL   string        // the backend's data port (no admission)
+	BackendAdmin string        // the backend's admin port (a test tool)
+	cancel       context.CancelFunc
+	done         chan error
+	dir          string
+
 	// Proxies are every in-process proxy replica (Setup.Replicas), Proxy first, with their data
 	// and admin URLs.
 	Proxies                []*proxy.Server
 	ProxyURLs, ProxyAdmins []string
-	ConfigPath             string // the proxy's configuration file, when Setup.Reloadable
-	BackendURL             string // the backend's data port (no admission)
-	BackendAdmin           string // the backend's admin port (a test tool)
-	cancel                 context.CancelFunc
-	done                   chan error
-	dir                    string
 }
 
 // Setup describes an environment: the backend's capacity and service time, and the proxy's
