@@ -22,6 +22,9 @@
 //	                    pod replacement, which the test checks)
 //	E2E_GRPC            0 leaves out the gRPC rows (in-flight and adaptive in front of the
 //	                    backend's gRPC port, overloaded by k6's gRPC module; default 1)
+//	E2E_QUOTA           the quota rows (two replicas sharing a per-client quota through one Redis,
+//	                    then Redis scaled to 0): 1 (default) after the strategies, 0 none,
+//	                    only nothing else
 //	E2E_KEEP_CLUSTER    1 keeps the cluster after the run (for debugging)
 //	LOADSHED_CACHE      tool cache (default ~/.cache/loadshed)
 package e2e

@@ -48,6 +48,7 @@ type settings struct {
 	strategies                 []string
 	overload, unloaded, steady time.Duration
 	keep                       bool
+	quota                      quotaMode // E2E_QUOTA (quota_test.go)
 }
 
 func loadSettings(t *testing.T) settings {
@@ -71,6 +72,7 @@ func loadSettings(t *testing.T) settings {
 		unloaded:   durationEnv(t, "E2E_UNLOADED", 10*time.Second),
 		steady:     durationEnv(t, "E2E_STEADY", 40*time.Second),
 		keep:       os.Getenv("E2E_KEEP_CLUSTER") == "1",
+		quota:      quotaSetting(t),
 	}
 	if !filepath.IsAbs(s.artifacts) {
 		s.artifacts = filepath.Join(root, s.artifacts)
@@ -90,6 +92,9 @@ func loadSettings(t *testing.T) settings {
 			s.strategies = append(s.strategies, name)
 		}
 	}
+	if s.quota == quotaOnly {
+		s.strategies = nil
+	}
 	return s
 }
 
@@ -105,6 +110,8 @@ type suite struct {
 	prom    *cluster.Prometheus
 	k6Image string
 	res     results.Results
+	// redisImage is the quota rows' Redis (quota_test.go).
+	redisImage string
 
 	mu      sync.Mutex
 	timings []results.Timing
@@ -167,7 +174,12 @@ func TestKind(t *testing.T) {
 	}
 	must(s.phase("prerequisites", func() error { return s.prerequisites(ctx) }))
 	must(s.phase("images", func() (err error) { promImage, err = s.images(ctx); return err }))
-	must(s.phase("cluster and images in it", func() error { return s.createCluster(ctx, loadshedRef, s.k6Image, promImage) }))
+	if st.quota != quotaOff {
+		must(s.phase("redis image", func() error { return s.buildRedisImage(ctx) }))
+	}
+	must(s.phase("cluster and images in it", func() error {
+		return s.createCluster(ctx, append([]string{loadshedRef, s.k6Image, promImage}, s.quotaImages()...)...)
+	}))
 	must(s.phase("prometheus", func() error { return s.prometheus(ctx, promImage) }))
 
 	// Strategies run one after another; while one's high-shed alert resolves (about 25 s with
@@ -220,12 +232,17 @@ func TestKind(t *testing.T) {
 			}
 		}()
 	}
-	if ctx.Err() == nil {
+	if ctx.Err() == nil && st.quota != quotaOnly {
 		if err := s.phase("steady load: rollout restart and helm upgrade", func() error { return s.steadyReplacements(ctx) }); err != nil {
 			t.Error(err)
 		}
 	}
 	wg.Wait()
+	if ctx.Err() == nil && st.quota != quotaOff {
+		if err := s.phase("quota across replicas", func() error { return s.quotaRows(ctx) }); err != nil {
+			t.Error(err)
+		}
+	}
 	// Judged together: the bounded queue's bound takes its service time under load from the
 	// in-flight run (same load, no queue).
 	limits := criteria.DefaultLimits()
@@ -377,7 +394,7 @@ func (s *suite) prometheus(ctx context.Context, image string) error {
 	}
 	m, err := manifests.Render("prometheus.yaml", manifests.Prometheus{
 		Namespace: namespace, Image: image, RulesConfigMap: "loadshed-rules", ScrapeInterval: "2s",
-		Releases: append(releases(s.rows()), steadyRelease),
+		Releases: append(append(releases(s.rows()), steadyRelease), s.quotaReleases()...),
 	})
 	if err != nil {
 		return err

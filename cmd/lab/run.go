@@ -25,6 +25,7 @@ Commands:
   run           run strategies (or a proxy config) against a modelled workload
   sweep         run strategies at offered loads from 0.25x to 10x of capacity
   compare       run a scenario in the lab and live, side by side
+  quota         predict what a per-client quota gives a client at given replica counts
   trace         write the arrivals of a workload as a trace file
   help          show this text
 
@@ -52,6 +53,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runSweep(ctx, rest, stdout, stderr)
 	case "compare":
 		return runCompare(ctx, rest, stdout, stderr)
+	case "quota":
+		return runQuota(rest, stdout, stderr)
 	case "trace":
 		return runTrace(rest, stdout, stderr)
 	default:

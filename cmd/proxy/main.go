@@ -5,6 +5,8 @@
 //	proxy --config FILE [--listen ADDR] [--upstream URL] [--admin-listen ADDR] [--log-level LEVEL]
 //	proxy --check-config FILE
 //	proxy --version
+//
+// POD_NAME, when set, names this replica among those that share a quota store (clients.store).
 package main
 
 import (
@@ -22,6 +24,7 @@ import (
 	"github.com/loadshed/loadshed/internal/extproc"
 	"github.com/loadshed/loadshed/internal/gate"
 	"github.com/loadshed/loadshed/internal/proxy"
+	"github.com/loadshed/loadshed/internal/quota"
 	"github.com/loadshed/loadshed/internal/version"
 )
 
@@ -75,8 +78,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := memoryLimit(os.Getenv, log); err != nil {
 		return err
 	}
+	quota.SetClientLogger(log)
 	srv, err := proxy.New(cfg, proxy.Options{Logger: log, ConfigPath: *configPath, Overrides: overrides(*listen, *upstream, *adminListen),
-		MaxConfigBytes: *maxConfig, Doors: []gate.OpenDoor{extproc.Open}})
+		MaxConfigBytes: *maxConfig, Doors: []gate.OpenDoor{extproc.Open},
+		ReplicaID: os.Getenv(podNameEnv)})
 	if err != nil {
 		return err
 	}
@@ -104,6 +109,11 @@ func memoryLimit(getenv func(string) string, log *slog.Logger) error {
 	log.Info("go runtime memory limit", "bytes", limit, "container_limit", n)
 	return nil
 }
+
+// podNameEnv names the environment variable holding the pod's name (the chart sets it from the
+// downward API): the replica's name among those sharing a quota store. Unset, the replica is
+// named by its host name and a random suffix.
+const podNameEnv = "POD_NAME"
 
 func overrides(listen, upstream, admin string) func(*config.Config) {
 	return func(c *config.Config) {

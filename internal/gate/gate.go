@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"math/rand/v2"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -25,6 +27,13 @@ type Gate struct {
 	metrics *metrics.Proxy
 	clock   admission.Clock
 	self    SelfLoad
+
+	// The quota store's collaborators, and what serialises opening and closing stores.
+	quotaMetrics *metrics.Quota
+	log          *slog.Logger
+	replicaID    string
+	mu           sync.Mutex // held by Update and Close
+	closed       bool
 }
 
 // SelfLoad is the sidecar's watch on its own CPU (internal/selfload).
@@ -45,6 +54,11 @@ type Options struct {
 	Clock admission.Clock
 	// Self reports the sidecar's own load (default: none).
 	Self SelfLoad
+	// Logger receives the quota store's transitions (default: discarded).
+	Logger *slog.Logger
+	// ReplicaID names this replica among those sharing a quota store (the pod's name; default:
+	// the host name and a random suffix).
+	ReplicaID string
 }
 
 // New builds the gate for a valid configuration.
@@ -58,8 +72,16 @@ func New(cfg *config.Config, opts Options) (*Gate, error) {
 		reg = prometheus.NewRegistry()
 	}
 	g.metrics = metrics.New(reg, g.StageStates)
+	g.quotaMetrics = metrics.NewQuota(reg, g.QuotaState)
+	g.log, g.replicaID = opts.Logger, opts.ReplicaID
+	if g.log == nil {
+		g.log = slog.New(slog.DiscardHandler)
+	}
 	st, err := buildState(cfg, nil, g.metrics, g.clock)
 	if err != nil {
+		return nil, err
+	}
+	if _, err := g.buildQuotas(st, nil); err != nil {
 		return nil, err
 	}
 	g.state.Store(st)
@@ -77,12 +99,26 @@ func (g *Gate) Config() *config.Config { return g.state.Load().cfg }
 
 // Update puts a new valid configuration in force for new requests. Policies whose route and
 // admission configuration are unchanged keep their state; replaced ones finish what they hold.
+// The quota store is kept while its configuration is unchanged; a replaced one is closed.
 func (g *Gate) Update(cfg *config.Config) error {
-	st, err := buildState(cfg, g.state.Load(), g.metrics, g.clock)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return errors.New("gate closed")
+	}
+	prev := g.state.Load()
+	st, err := buildState(cfg, prev, g.metrics, g.clock)
+	if err != nil {
+		return err
+	}
+	retired, err := g.buildQuotas(st, prev)
 	if err != nil {
 		return err
 	}
 	g.state.Store(st)
+	if retired != nil {
+		_ = retired.Close()
+	}
 	return nil
 }
 
@@ -301,7 +337,7 @@ func (ps *Pass) GRPCTimeout() bool { return ps.grpc }
 // bound before Admit blocks.
 func (g *Gate) Admit(ctx context.Context, r *Request, queued func(admission.Queued)) (*Pass, error) {
 	st := g.state.Load()
-	p, routeCost, streaming := st.match(r.Method, r.Path)
+	p, routeCost, streaming, clients := st.match(r.Method, r.Path)
 	door := doorIndex(r.Door)
 	now := g.clock.Now()
 	req, herr := st.spec.parseRequest(r.Header, r.Peer, now, routeCost)
@@ -324,8 +360,9 @@ func (g *Gate) Admit(ctx context.Context, r *Request, queued func(admission.Queu
 			}
 		}
 	}
-	if st.clients != nil {
-		if rej := st.clients.Check(now, req.Key, req.Cost); rej != nil && !g.dryRun(p, door, req, rej) {
+	if clients != nil {
+		// Bounded by the quota store's timeout; a store that fails is decided locally.
+		if rej := clients.Check(ctx, now, req.Key, req.Cost); rej != nil && !g.dryRun(p, door, req, rej) {
 			return nil, g.refuse(st, p, door, req, rej)
 		}
 	}
@@ -616,14 +653,14 @@ func (ps *Pass) classify() admission.Outcome {
 
 // Streaming reports whether a request of this method and path is on a streaming route.
 func (g *Gate) Streaming(method, path string) bool {
-	_, _, streaming := g.state.Load().match(method, path)
+	_, _, streaming, _ := g.state.Load().match(method, path)
 	return streaming
 }
 
 // Count counts a request a door refused on its own before admission (a CONNECT, say): the
 // route's labels, the door, the outcome and the status.
 func (g *Gate) Count(door, method, path, outcome string, status int) {
-	p, _, _ := g.state.Load().match(method, path)
+	p, _, _, _ := g.state.Load().match(method, path)
 	if o := indexOf(outcomes, outcome); o >= 0 {
 		p.m.count(doorIndex(door), uint8(o), status)
 		return

@@ -45,6 +45,11 @@ type Env struct {
 	cancel context.CancelFunc
 	done   chan error
 	dir    string
+
+	// Proxies are every in-process proxy replica (Setup.Replicas), Proxy first, with their data
+	// and admin URLs.
+	Proxies                []*proxy.Server
+	ProxyURLs, ProxyAdmins []string
 }
 
 // Setup describes an environment: the backend's capacity and service time, and the proxy's
@@ -75,6 +80,10 @@ type Setup struct {
 	// runs the proxy as its external processor only; the proxy's extProc timeouts mirror the
 	// Envoy's (zero timeouts: the file's 200ms and 2s). ExtProc is filled in, and App unless set.
 	Envoy *EnvoySetup
+	// Replicas runs this many in-process proxies with the same configuration in front of the
+	// one backend (default 1), named replica-0, replica-1, ... among those sharing a quota
+	// store (clients.store).
+	Replicas int
 }
 
 // The ext_proc filter's timeouts in deploy/envoy/envoy.yaml.
@@ -116,7 +125,7 @@ func Start(s Setup) (*Env, error) {
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	e := &Env{Backend: be, cancel: cancel, done: make(chan error, 2),
+	e := &Env{Backend: be, cancel: cancel, done: make(chan error, 1+max(s.Replicas, 1)),
 		BackendURL: "http://" + data.Addr().String(), BackendAdmin: "http://" + admin.Addr().String()}
 	upstream := e.BackendURL
 	if grpcPort != nil {
@@ -175,26 +184,31 @@ func Start(s Setup) (*Env, error) {
 		}
 		opts.ConfigPath = e.ConfigPath
 	}
-	px, err := proxy.New(cfg, opts)
-	if err != nil {
-		e.Close()
-		return nil, err
+	for i := range max(s.Replicas, 1) {
+		opts.ReplicaID = fmt.Sprintf("replica-%d", i)
+		px, err := proxy.New(cfg, opts)
+		if err != nil {
+			e.Close()
+			return nil, err
+		}
+		if err := px.Listen(); err != nil {
+			px.Close()
+			e.Close()
+			return nil, err
+		}
+		d, a := px.Addrs()
+		e.Proxies = append(e.Proxies, px)
+		e.ProxyURLs, e.ProxyAdmins = append(e.ProxyURLs, "http://"+d), append(e.ProxyAdmins, "http://"+a)
+		go func() { e.done <- px.Serve(ctx) }()
+		if err := waitReady("http://"+a+"/readyz", 5*time.Second); err != nil {
+			e.Close()
+			return nil, err
+		}
 	}
-	if err := px.Listen(); err != nil {
-		e.Close()
-		return nil, err
-	}
-	e.Proxy = px
-	d, a := px.Addrs()
-	e.ProxyURL, e.ProxyAdmin = "http://"+d, "http://"+a
+	e.Proxy, e.ProxyURL, e.ProxyAdmin = e.Proxies[0], e.ProxyURLs[0], e.ProxyAdmins[0]
 	if s.Envoy != nil {
 		e.ProxyURL = ""
-		s.Envoy.ExtProc = px.Doors()[0].Addr().String()
-	}
-	go func() { e.done <- px.Serve(ctx) }()
-	if err := waitReady(e.ProxyAdmin+"/readyz", 5*time.Second); err != nil {
-		e.Close()
-		return nil, err
+		s.Envoy.ExtProc = e.Proxy.Doors()[0].Addr().String()
 	}
 	return e, e.startEnvoy(s)
 }
@@ -283,11 +297,7 @@ func (e *Env) Close() {
 		e.ProxyProcess.Wait()
 	}
 	e.cancel()
-	n := 1
-	if e.Proxy != nil {
-		n = 2
-	}
-	for range n {
+	for range 1 + len(e.Proxies) {
 		<-e.done
 	}
 	if e.dir != "" {

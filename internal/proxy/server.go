@@ -44,6 +44,9 @@ type Options struct {
 	// process). Tests that run clients, proxy and upstream in one process set it: that
 	// process's load is not the proxy's.
 	SelfLoad gate.SelfLoad
+	// ReplicaID names this replica among those sharing a quota store (clients.store): the pod's
+	// name. Empty: the host name and a random suffix.
+	ReplicaID string
 }
 
 // Server is a running proxy.
@@ -101,27 +104,37 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		r := s.self.Last()
 		return metrics.SidecarState{Delay: r.Delay.Seconds(), Saturated: r.Saturated, Shed: r.Shed, Throttled: r.Throttled}
 	})
-	g, err := gate.New(cfg, gate.Options{Registerer: s.reg, Self: self})
+	g, err := gate.New(cfg, gate.Options{Registerer: s.reg, Self: self, Logger: s.log, ReplicaID: opts.ReplicaID})
 	if err != nil {
 		return nil, err
 	}
 	s.gate = g
 	s.h = newHandler(g, cfg, s.log)
 	if err := s.h.setUpstream(cfg.Upstream); err != nil {
+		g.Close()
 		return nil, err
 	}
 	s.transport = newUpstreamTransport(cfg)
 	s.h.transport = s.transport
 	if cfg.TLS != nil {
 		if s.certs, err = newCertReloader(cfg.TLS.CertFile, cfg.TLS.KeyFile, s.log); err != nil {
+			g.Close()
 			return nil, err
 		}
 	}
 	return s, nil
 }
 
+// Close releases what New acquired (the quota store's connections, and this replica's place in
+// the store's count of replicas) for a server that is not served: Serve releases it itself when
+// it returns.
+func (s *Server) Close() error { return s.gate.Close() }
+
 // StageStates reports every strategy stage's current state (what the gauges show).
 func (s *Server) StageStates() []metrics.StageState { return s.gate.StageStates() }
+
+// QuotaState reports the quota store's state (what its gauges show); false without a store.
+func (s *Server) QuotaState() (metrics.QuotaState, bool) { return s.gate.QuotaState() }
 
 // Handler returns the data-port handler (for tests that serve it themselves).
 func (s *Server) Handler() http.Handler { return s.h }
@@ -199,8 +212,9 @@ func (s *Server) Doors() []gate.Door { return s.doors }
 // Serve runs until ctx ends, then shuts down gracefully: /readyz fails at once; serving goes on
 // for the drain delay; then the data listener closes, in-flight requests finish, queued requests
 // whose turn comes within the grace period are served and the rest refused with 503; finally
-// the admin listener closes. It returns nil after a clean shutdown.
+// the admin listener closes, and the quota store with it. It returns nil after a clean shutdown.
 func (s *Server) Serve(ctx context.Context) error {
+	defer s.gate.Close() // last: every request has been answered
 	if s.adminLn == nil {
 		if err := s.Listen(); err != nil {
 			return err

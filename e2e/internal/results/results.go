@@ -36,6 +36,9 @@ type Results struct {
 	Steady     []Steady `json:"steady"`
 	Timings    []Timing `json:"timings"`
 	Pass       bool     `json:"pass"`
+
+	// Quota holds the runs of a client over its quota shared by replicas (quota.go).
+	Quota []QuotaRow `json:"quota,omitempty"`
 }
 
 // Row is one strategy's overload run and its verdict.
@@ -156,6 +159,7 @@ func (r *Results) Markdown() string {
 			fmt.Fprintf(&b, "| %s | %.0f | %d | %d | %s | %s |\n", s.Operation, s.OfferedRPS, s.Requests, s.OK, num(s.AdmittedP99Ms), verdict(s.Pass, s.Checks))
 		}
 	}
+	r.writeQuota(&b)
 	if len(r.Timings) > 0 {
 		b.WriteString("\nTimings:")
 		for i, t := range r.Timings {
