@@ -130,6 +130,8 @@ type AdaptiveResult struct {
 const (
 	DefaultAdaptive = "loadshed/adaptive"
 	EnvoyAdaptive   = "envoy/adaptive_concurrency"
+	// EnvoyLoadshed is Envoy with loadshed (adaptive) as its external processor.
+	EnvoyLoadshed = "envoy+loadshed"
 )
 
 // RunAdaptive runs the adaptive scenario and writes its outputs into cfg.OutDir.

@@ -33,7 +33,9 @@ type Config struct {
 	// SpikeAfter.
 	Spike                            bool
 	SpikeBase, SpikeHold, SpikeAfter time.Duration
-	Repeats                          int
+	// Extra are further scenarios run after the loads and the spike (the long scenario's).
+	Extra   []Scenario `json:",omitempty"`
+	Repeats int
 	// Targets selects targets by comma-separated name prefixes ("" = all).
 	Targets string
 	// Pin is the CPU placement: PinNone (default: nothing pinned; every proxy gets one worker
@@ -85,7 +87,7 @@ func (c Config) Validate() error {
 	if c.ClientTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("ClientTimeout: must be above 0, got %s", c.ClientTimeout))
 	}
-	if len(c.Loads) == 0 && !c.Spike {
+	if len(c.Loads) == 0 && !c.Spike && len(c.Extra) == 0 {
 		errs = append(errs, errors.New("Loads: need at least one load point or the spike"))
 	}
 	for _, l := range c.Loads {
@@ -141,5 +143,5 @@ func (c Config) scenarios() []Scenario {
 			"AFTER_S": fmt.Sprint(int(c.SpikeAfter.Seconds())),
 		}})
 	}
-	return out
+	return append(out, c.Extra...)
 }

@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 )
@@ -35,12 +37,6 @@ type EnvoySetup struct {
 }
 
 // EnvoySetups are the Envoy targets the harness runs. Adding one is one entry here.
-//
-// Envoy calling loadshed as its external processor ("envoy+loadshed") becomes one more entry
-// once the proxy has an ext_proc door: Filters returns the ext_proc filter (grpc_service at
-// ep.Sidecar, request and response headers SEND, bodies NONE), Sidecar writes loadshed's config
-// (ext_proc listener on ep.Sidecar, admin on ep.SidecarAdmin, strategy adaptive) and returns
-// the proxy's launch with ReadyURL its /readyz.
 var EnvoySetups = []EnvoySetup{
 	{
 		// Envoy's gradient controller with its documented defaults: p50 samples, 25% buffer,
@@ -63,6 +59,45 @@ var EnvoySetups = []EnvoySetup{
 `
 		},
 		LimitStat: "adaptive_concurrency.gradient_controller.concurrency_limit",
+	},
+	{
+		// Envoy calling loadshed as its external processor: the filter as deploy/envoy/envoy.yaml
+		// sets it (headers both ways, no bodies, fail open, 200ms message timeout extendable to
+		// 2s), loadshed with strategy adaptive and nothing about the backend, as
+		// deploy/envoy/loadshed.yaml. Envoy still has one worker; loadshed runs beside it on the
+		// same CPU with GOMAXPROCS=1, and its CPU counts as the target's.
+		Name: EnvoyLoadshed,
+		Settings: func(Limits) string {
+			return "ext_proc filter (deploy/envoy/envoy.yaml) calling loadshed, strategy adaptive with its defaults (nothing about the backend)"
+		},
+		Filters: func(_ Limits, ep endpoints) string {
+			return `- name: envoy.filters.http.ext_proc
+  typed_config:
+    "@type": type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor
+    grpc_service: {envoy_grpc: {cluster_name: loadshed}}
+    failure_mode_allow: true
+    message_timeout: 0.2s
+    max_message_timeout: 2s
+    allow_mode_override: true
+    request_attributes: ["source.address"]
+    processing_mode:
+      request_header_mode: SEND
+      response_header_mode: SEND
+      request_body_mode: NONE
+      response_body_mode: NONE
+      request_trailer_mode: SKIP
+      response_trailer_mode: SKIP
+`
+		},
+		Sidecar: func(dir string, bins Binaries, _ Limits, ep endpoints) (launch, error) {
+			path := filepath.Join(dir, "loadshed.yaml")
+			cfg := fmt.Sprintf("listen: \"\"\nadminListen: %q\nextProc: {listen: %q, messageTimeout: 200ms, maxMessageTimeout: 2s}\nadmission:\n  strategy: adaptive\n",
+				ep.SidecarAdmin, ep.Sidecar)
+			if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+				return launch{}, err
+			}
+			return launch{Path: bins.Proxy, Args: []string{"--config", path}, ReadyURL: "http://" + ep.SidecarAdmin + "/readyz"}, nil
+		},
 	},
 	{
 		Name:         "envoy/circuit_breaker",
@@ -136,6 +171,27 @@ func envoyConfig(s *EnvoySetup, l Limits, ep endpoints) (string, error) {
 	if s.Filters != nil {
 		filters = s.Filters(l, ep)
 	}
+	extProcCluster := ""
+	if s.Sidecar != nil {
+		// The external processor beside Envoy: gRPC over HTTP/2 cleartext.
+		sh, sp, err := net.SplitHostPort(ep.Sidecar)
+		if err != nil {
+			return "", fmt.Errorf("envoy sidecar address %q: %w", ep.Sidecar, err)
+		}
+		extProcCluster = fmt.Sprintf(`    - name: loadshed
+      type: STATIC
+      connect_timeout: 1s
+      typed_extension_protocol_options:
+        envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+          "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+          explicit_http_config: {http2_protocol_options: {}}
+      load_assignment:
+        cluster_name: loadshed
+        endpoints:
+          - lb_endpoints:
+              - endpoint: {address: {socket_address: {address: %s, port_value: %s}}}
+`, sh, sp)
+	}
 	// Envoy's default thresholds (1024 each) are set out of reach unless the setup is the
 	// circuit breaker itself: only the setup's own mechanism admits or refuses.
 	maxReq, others := 1000000, 1000000
@@ -178,7 +234,7 @@ static_resources:
         endpoints:
           - lb_endpoints:
               - endpoint: {address: {socket_address: {address: %[7]s, port_value: %[8]s}}}
-`, s.Name, ah, ap, lh, lp, indent(filters, 18), bh, bp, maxReq, others), nil
+%[11]s`, s.Name, ah, ap, lh, lp, indent(filters, 18), bh, bp, maxReq, others, extProcCluster), nil
 }
 
 // indent adds n spaces in front of every non-empty line of s.

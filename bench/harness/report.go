@@ -68,6 +68,9 @@ func writeOutputs(r *Result, stdout io.Writer) error {
 	if err := r.writeSummaryCSV(filepath.Join(r.Config.OutDir, "summary.csv"), cells); err != nil {
 		return err
 	}
+	if err := r.writeTimelines(r.Config.OutDir); err != nil {
+		return err
+	}
 	return r.writeCharts(r.Config.OutDir, cells)
 }
 
@@ -172,6 +175,7 @@ func (r *Result) markdown(w *strings.Builder, cells map[string]map[string]*Cell)
 		w.WriteString("\n")
 	}
 
+	r.timelineSection(w, cells)
 	for _, sc := range r.Scenarios {
 		if sc.Script != "spike.js" {
 			continue

@@ -175,6 +175,9 @@ func prepareBinaries(ctx context.Context, cfg Config, targets []Target, work str
 	need := map[Kind]bool{}
 	for _, t := range targets {
 		need[t.Kind] = true
+		if t.envoy != nil && t.envoy.Sidecar != nil {
+			need[KindLoadshed] = true // Envoy's external processor is the proxy
+		}
 	}
 	binDir := filepath.Join(work, "bin")
 	if err := os.MkdirAll(binDir, 0o755); err != nil {
@@ -582,6 +585,14 @@ func runPoint(ctx context.Context, cfg Config, res *Result, bins Binaries, t Tar
 		p.TraceStart = tr.elapsed()
 	}
 	summaryPath := filepath.Join(cfg.OutDir, "k6", name+".json")
+	if sc.Script == "capacity-drop.js" {
+		// The script halves the backend through its admin endpoint (and restores it at the end).
+		env := map[string]string{"BACKEND_ADMIN_URL": "http://" + st.ep.BackendAdm}
+		for k, v := range sc.Env {
+			env[k] = v
+		}
+		sc.Env = env
+	}
 	if err := runK6(ctx, cfg, res.Limits, bins, k6CPU, sc, st.launch.URL, summaryPath, filepath.Join(work, "points", name, "k6.log")); err != nil {
 		p.Err = err.Error()
 		return p

@@ -16,7 +16,8 @@ import (
 	"github.com/loadshed/loadshed/internal/config"
 )
 
-var testEP = endpoints{Listen: "127.0.0.1:18000", Admin: "127.0.0.1:19902", Backend: "127.0.0.1:18080", UpstreamURL: "http://127.0.0.1:18080"}
+var testEP = endpoints{Listen: "127.0.0.1:18000", Admin: "127.0.0.1:19902", Backend: "127.0.0.1:18080", UpstreamURL: "http://127.0.0.1:18080",
+	Sidecar: "127.0.0.1:18002", SidecarAdmin: "127.0.0.1:19901"}
 
 func envoySetup(t *testing.T, name string) *EnvoySetup {
 	t.Helper()

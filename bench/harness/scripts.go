@@ -27,6 +27,7 @@ type scriptRun struct {
 var scriptRuns = []scriptRun{
 	{script: "smoke.js", env: map[string]string{"DURATION": "3s"}},
 	{script: "overload.js", env: map[string]string{"K": "2", "DURATION": "3s"}},
+	{script: "long.js", env: map[string]string{"K": "2", "DURATION": "3"}},
 	{script: "spike.js", env: map[string]string{"BASE_S": "2", "RAMP_S": "1", "HOLD_S": "3", "AFTER_S": "3"}},
 	{script: "capacity-drop.js", env: map[string]string{"DURATION": "6s", "DROP_AT": "2"}, admin: true},
 	{script: "retry-storm.js", env: map[string]string{"BASE_S": "2", "TRIGGER_S": "2", "AFTER_S": "3"}},

@@ -120,13 +120,14 @@ type Phase struct {
 	GoodputRatio *float64 `json:"goodput_ratio"`
 }
 
-// Second is one second of a run's timeline: iterations started, requests sent and goodput,
-// each attributed to the second in which it started.
+// Second is one second of a run's timeline: iterations started, requests sent, goodput and
+// refusals, each attributed to the second in which it started.
 type Second struct {
 	T        int   `json:"t"`
 	Offered  int64 `json:"offered"`
 	Attempts int64 `json:"attempts"`
 	Good     int64 `json:"good"`
+	Shed     int64 `json:"shed"`
 }
 
 // Read reads the summary at path.

@@ -220,8 +220,8 @@ export class Schedule {
 
 /**
  * Timeline counts, per second of the main scenario, the iterations started ("offered"), the
- * requests sent ("attempts", retries included) and the goodput, each attributed to the second in
- * which the iteration or request started. k6 only reports whole-run aggregates to handleSummary,
+ * requests sent ("attempts", retries included), the goodput and the refusals ("shed", 429/503),
+ * each attributed to the second in which the iteration or request started. k6 only reports whole-run aggregates to handleSummary,
  * so there is one Counter per second and metric; create it in the init context.
  */
 export class Timeline {
@@ -230,11 +230,13 @@ export class Timeline {
     this.offered = [];
     this.attempts = [];
     this.good = [];
+    this.shed = [];
     for (let i = 0; i < this.n; i++) {
       const id = String(i).padStart(4, '0');
       this.offered.push(new Counter(`tl_offered_${id}`));
       this.attempts.push(new Counter(`tl_attempts_${id}`));
       this.good.push(new Counter(`tl_good_${id}`));
+      this.shed.push(new Counter(`tl_shed_${id}`));
     }
   }
 
@@ -247,7 +249,7 @@ export class Timeline {
     if (sec >= 0 && sec < this.n) this.offered[sec].add(1);
   }
 
-  /** read returns [{t, offered, attempts, good}] from handleSummary's data. */
+  /** read returns [{t, offered, attempts, good, shed}] from handleSummary's data. */
   read(data) {
     const out = [];
     for (let i = 0; i < this.n; i++) {
@@ -257,6 +259,7 @@ export class Timeline {
         offered: count(data, `tl_offered_${id}`),
         attempts: count(data, `tl_attempts_${id}`),
         good: count(data, `tl_good_${id}`),
+        shed: count(data, `tl_shed_${id}`),
       });
     }
     return out;
@@ -332,6 +335,7 @@ export function record(res, timeline = null, sec = -1) {
     (res.status === 429 ? m.sheds429 : m.sheds503).add(1, tags);
     m.rejection.add(d, tags);
     if (validRetryAfter(res.headers['Retry-After'])) m.retryAfter.add(1, tags);
+    if (timeline && sec >= 0 && sec < timeline.n) timeline.shed[sec].add(1);
   } else if (res.error_code === 1050) {
     outcome = 'timeout';
     tags = { outcome };
@@ -384,6 +388,7 @@ export function recordGrpc(res, durationMs, timeline = null, sec = -1) {
     m.rejection.add(d, tags);
     if (validPushback(first(trailers, 'grpc-retry-pushback-ms'))) m.grpcPushback.add(1, tags);
     if (Object.keys(headers).length === 0) m.grpcTrailersOnly.add(1, tags);
+    if (timeline && sec >= 0 && sec < timeline.n) timeline.shed[sec].add(1);
   } else if (status === grpcCodes.DEADLINE_EXCEEDED && d >= cfg.timeoutS * 1000 - 5) {
     outcome = 'timeout';
     tags = { outcome };

@@ -32,7 +32,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		aWorkers string
 		aShapes  string
 	)
-	fs.StringVar(&scenario, "scenario", "peers", "what to run: peers (every target under the overload points and the spike), cost (forwarding ceiling and CPU per request, one core per proxy) or adaptive (loadshed adaptive vs Envoy adaptive_concurrency over W, service shapes and loads); cost and adaptive never run in CI")
+	fs.StringVar(&scenario, "scenario", "peers", "what to run: peers (every target under the overload points and the spike), cost (forwarding ceiling and CPU per request, one core per proxy) adaptive (loadshed adaptive vs Envoy adaptive_concurrency over W, service shapes and loads) or long (loadshed adaptive as sidecar and as Envoy's ext_proc vs Envoy adaptive_concurrency, minutes at 2x and a capacity halving, shed share per second); cost, adaptive and long never run in CI")
 	fs.BoolVar(&quick, "quick", false, "CI smoke: one short point (2x, 3s, one repeat, a few targets, no spike); with --scenario cost or adaptive, their couple-of-minutes variant")
 	fs.StringVar(&cfg.OutDir, "out", "", "results directory (default results/bench-<time> under the repository root)")
 	fs.StringVar(&cfg.WorkDir, "work", "", "directory for generated configs and logs (default: a temporary directory)")
@@ -69,6 +69,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cost.Connections, "connections", 64, "cost: wrk connections for the forwarding ceiling")
 	fs.DurationVar(&cost.CeilingDuration, "ceiling-duration", 10*time.Second, "cost: measured time of each forwarding-ceiling point")
 	fs.Float64Var(&cost.BusyLimit, "busy-limit", 0.9, "cost: a point whose load core (CPU 0) was this busy is invalid")
+	longFor := fs.Duration("long", 3*time.Minute, "long: the measured time at the load (with --quick 20s)")
+	halvingFor := fs.Duration("halving", time.Minute, "long: the capacity halving's run, the drop at a third of it (with --quick 12s)")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
@@ -81,13 +83,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	switch scenario {
 	case "peers":
+	case "long":
+		if *k6smoke != "" {
+			return cli.Usagef("--k6-smoke runs the k6 scripts, not --scenario %s", scenario)
+		}
+		if err := longScenario(&cfg, set, quick, loads, *longFor, *halvingFor, adaptive.Warmup); err != nil {
+			return err
+		}
+		loads, quick = "", false // the preset replaces the peers' loads and quick point
 	case "cost", "adaptive":
 		if *k6smoke != "" {
 			return cli.Usagef("--k6-smoke runs the k6 scripts, not --scenario %s", scenario)
 		}
 		return runScenario(ctx, scenario, args, set, quick, cfg, loads, cost, adaptive, aWorkers, aShapes, stdout, stderr)
 	default:
-		return cli.Usagef("--scenario: want peers, cost or adaptive, got %q", scenario)
+		return cli.Usagef("--scenario: want peers, cost, adaptive or long, got %q", scenario)
 	}
 	if quick {
 		cfg.Quick = true
@@ -108,8 +118,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	var err error
-	if cfg.Loads, err = parseLoads(loads); err != nil {
-		return err
+	if loads != "" {
+		if cfg.Loads, err = parseLoads(loads); err != nil {
+			return err
+		}
 	}
 	if cfg.RepoRoot, err = repoRoot(); err != nil {
 		return err
@@ -125,6 +137,56 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	_, err = harness.Run(ctx, cfg, stdout, stderr)
 	fmt.Fprintf(stderr, "bench: results in %s (%s)\n", cfg.OutDir, time.Since(start).Round(time.Second))
 	return err
+}
+
+// longScenario sets cfg up for the long scenario: the adaptive targets (harness.LongTargets)
+// at one load (--loads, default 2: an ideal shed share of 0.5) for --long after --warmup, then
+// through a capacity halving for --halving; one repeat unless --repeats.
+func longScenario(cfg *harness.Config, set map[string]bool, quick bool, loads string, long, halving, warmup time.Duration) error {
+	load := 2.0
+	if set["loads"] {
+		ls, err := parseLoads(loads)
+		if err != nil {
+			return err
+		}
+		if len(ls) != 1 {
+			return cli.Usagef("--loads: the long scenario runs one load, got %q", loads)
+		}
+		load = ls[0]
+	}
+	if !set["warmup"] {
+		warmup = 10 * time.Second
+	}
+	if quick {
+		if !set["long"] {
+			long = 20 * time.Second
+		}
+		if !set["halving"] {
+			halving = 12 * time.Second
+		}
+		if !set["warmup"] {
+			warmup = 3 * time.Second
+		}
+	}
+	if long < 10*time.Second || halving < 6*time.Second {
+		return cli.Usagef("--long must be at least 10s and --halving at least 6s, got %s and %s", long, halving)
+	}
+	if !set["targets"] {
+		cfg.Targets = strings.Join(harness.LongTargets, ",")
+	}
+	if !set["repeats"] {
+		cfg.Repeats = 1
+	}
+	cfg.Spike = false
+	cfg.Extra = harness.LongScenarios(load, long, warmup, halving)
+	if !set["out"] {
+		root, err := repoRoot()
+		if err != nil {
+			return err
+		}
+		cfg.OutDir = filepath.Join(root, "results", "long-"+time.Now().UTC().Format("20060102-150405"))
+	}
+	return nil
 }
 
 // runScenario runs the cost or adaptive scenario, with its own defaults for the shared flags the

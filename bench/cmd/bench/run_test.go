@@ -30,6 +30,9 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{[]string{"--scenario", "adaptive", "--adaptive-workers", "4,many"}, "--adaptive-workers"},
 		{[]string{"--scenario", "adaptive", "--adaptive-services", "bursty", "--out", "unused"}, "Services"},
 		{[]string{"--scenario", "cost", "--cost-rate", "0", "--out", "unused"}, "Rate"},
+		{[]string{"--scenario", "long", "--loads", "2,3", "--out", "unused"}, "--loads"},
+		{[]string{"--scenario", "long", "--long", "2s", "--out", "unused"}, "--long"},
+		{[]string{"--scenario", "long", "--k6-smoke", "loadshed/inflight"}, "--k6-smoke"},
 	} {
 		err := run(context.Background(), tc.args, io.Discard, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
