@@ -197,9 +197,12 @@ func (r *Result) markdown(w *strings.Builder, cells map[string]map[string]*Cell)
 		w.WriteString("\n")
 	}
 
-	r.ratioSection(w, cells)
-	r.overheadSection(w)
-	r.goalsSection(w, cells)
+	if len(r.overloadScenarios()) > 0 {
+		// The peers' comparisons and issue 6's goals are about the overload points.
+		r.ratioSection(w, cells)
+		r.overheadSection(w)
+		r.goalsSection(w, cells)
+	}
 
 	pointsNotUsed(w, r.Points)
 }
