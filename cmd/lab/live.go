@@ -67,8 +67,8 @@ func (r liveRunner) Calibrate(ctx context.Context, sc lab.Scenario) (lab.Calibra
 	}
 	return lab.Calibration{
 		Workers: c.Workers, Service: c.Service,
-		Unloaded:   lab.HopDist{Samples: c.Unloaded.Hops, File: "calibration, unloaded"},
-		Loaded:     lab.HopDist{Samples: c.Loaded.Hops, File: "calibration, at capacity"},
+		Unloaded:   lab.HopDist{Samples: c.Unloaded.Hops},
+		Loaded:     lab.HopDist{Samples: c.Loaded.Hops},
 		Throughput: c.Loaded.Throughput, Overshoot: c.Loaded.Overshoot,
 		Took: time.Since(start), Machine: machineLoad(meter),
 	}, nil

@@ -343,12 +343,24 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		results = append(results, lab.Named{Strategy: s.Name, Result: r})
 	}
-	fmt.Fprintf(stdout, "Arrivals: %s. %s, %s. Client timeout: %s, retries: %d.\n\n",
-		sc.Arrivals, describeService(c.sf.service), describeServers(sc.Servers), describeTimeout(sc.Client.Timeout), sc.Client.Retry.Max)
+	fmt.Fprintf(stdout, "Arrivals: %s. %s, %s. Client timeout: %s, retries: %d.%s\n\n",
+		sc.Arrivals, describeService(c.sf.service), describeServers(sc.Servers), describeTimeout(sc.Client.Timeout), sc.Client.Retry.Max, describeHop(sc))
 	return report(*c.out, "run", results, true, *c.noCharts, stdout, stderr)
 }
 
 func describeService(spec string) string { return "service " + spec }
+
+// describeHop is a sentence on the scenario's hop, empty when there is none.
+func describeHop(sc lab.Scenario) string {
+	if sc.Hop.IsZero() {
+		return ""
+	}
+	s := " Hop: " + sc.Hop.String()
+	if c := lab.EffectiveCapacity(sc); c > 0 {
+		s += fmt.Sprintf(" (effective capacity %.1f rps)", c)
+	}
+	return s + "."
+}
 
 func describeServers(n int) string {
 	if n == 0 {
@@ -403,8 +415,8 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "Capacity %.1f rps (%s, %s); SLO %s; client timeout %s.\n\n", capRPS, describeService(c.sf.service),
-		describeServers(sc.Servers), describeTimeout(sc.SLO), describeTimeout(sc.Client.Timeout))
+	fmt.Fprintf(stdout, "Capacity %.1f rps (%s, %s); SLO %s; client timeout %s.%s\n\n", capRPS, describeService(c.sf.service),
+		describeServers(sc.Servers), describeTimeout(sc.SLO), describeTimeout(sc.Client.Timeout), describeHop(sc))
 	if err := writeSweepTable(stdout, points); err != nil {
 		return err
 	}

@@ -60,7 +60,8 @@ func (h Hop) String() string {
 type HopDist struct {
 	// Const is the hop when Samples is empty.
 	Const time.Duration
-	// Samples, when not empty, are the measured hops (sorted); File names where they came from.
+	// Samples, when not empty, are the measured hops (sorted); File names the file they were
+	// read from ("" for samples measured in this run).
 	Samples []time.Duration
 	File    string
 }
@@ -92,7 +93,11 @@ func (d HopDist) String() string {
 	if len(d.Samples) == 0 {
 		return "path=" + d.Const.String()
 	}
-	return fmt.Sprintf("file=%s (%d samples, p50 %s, p99 %s)", d.File, len(d.Samples),
+	src := "measured"
+	if d.File != "" {
+		src = "file=" + d.File
+	}
+	return fmt.Sprintf("%s (%d samples, p50 %s, p99 %s)", src, len(d.Samples),
 		d.Quantile(0.5).Round(time.Microsecond), d.Quantile(0.99).Round(time.Microsecond))
 }
 
