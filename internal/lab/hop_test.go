@@ -202,3 +202,20 @@ func TestServiceSeedDrawsTheBackendsSequence(t *testing.T) {
 		t.Errorf("latency %s, want the first sample of seed 42: %s", r.Summary.P50, want)
 	}
 }
+
+func TestScenarioValidateNamesHopFields(t *testing.T) {
+	sc := evenScenario(1, time.Second, ms1, 1)
+	sc.Hop = Hop{Path: HopDist{Const: -1}, Worker: 2 * time.Hour}
+	sc.Speed = 50
+	err := sc.Validate()
+	for _, field := range []string{"hop.path", "hop.worker", "speed"} {
+		if err == nil || !strings.Contains(err.Error(), field+":") {
+			t.Errorf("error does not name %s: %v", field, err)
+		}
+	}
+	sc = evenScenario(1, time.Second, ms1, 1)
+	sc.Hop.Path.Samples = []time.Duration{ms1, -ms1}
+	if err := sc.Validate(); err == nil || !strings.Contains(err.Error(), "hop.path:") {
+		t.Errorf("a negative sample: %v", err)
+	}
+}
