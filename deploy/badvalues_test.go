@@ -43,8 +43,20 @@ func TestBadValuesFailClearly(t *testing.T) {
 			[]string{"terminationGracePeriodSeconds", "drainDelay", "35"}},
 		{"app port clashes with the sidecar", []string{"--set", "app.port=8000"},
 			[]string{"app.port", "proxy.port"}},
+		{"unknown mode", []string{"--set", "mode=sidecar"},
+			[]string{"/mode", "proxy", "extproc"}},
+		{"ext_proc port clashes with the app", []string{"--set", "mode=extproc,proxy.extProc.port=8080"},
+			[]string{"proxy.extProc.port", "app.port"}},
 		{"autoscaling bounds reversed", []string{"--set", "autoscaling.enabled=true,autoscaling.minReplicas=5,autoscaling.maxReplicas=2"},
 			[]string{"autoscaling.minReplicas"}},
+		{"quota store: addr and addrs", []string{"--set", "clients.enabled=true,clients.store.redis.addr=r:6379", "--set-json", `clients.store.redis.addrs=["s:1"]`},
+			[]string{"clients.store.redis", "not both"}},
+		{"quota store: addr without a port", []string{"--set", "clients.store.redis.addr=redis"}, []string{"/clients/store/redis/addr"}},
+		{"quota store: pool too large", []string{"--set", "clients.store.redis.poolSize=5000"}, []string{"/clients/store/redis/poolSize"}},
+		{"quota store: prefix with a space", []string{"--set", "clients.store.redis.keyPrefix=my app:"}, []string{"/clients/store/redis/keyPrefix"}},
+		{"quota store: timeout not a duration", []string{"--set-string", "clients.store.redis.timeout=fast"}, []string{"/clients/store/redis/timeout"}},
+		{"quota store: typo", []string{"--set", "clients.store.redis.adr=r:1"}, []string{"/clients/store/redis", "adr", "not allowed"}},
+		{"quota: zero rate", []string{"--set", "clients.rate=0"}, []string{"/clients/rate"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -649,3 +649,40 @@ func TestTLSAndGRPCValues(t *testing.T) {
 		t.Errorf("Service appProtocol %v", ap)
 	}
 }
+
+// TestGoRuntimeSizedFromResources: the sidecar's GOMAXPROCS follows its CPU limit (rounded up)
+// and its memory limit reaches the proxy, unless switched off; the config carries the
+// saturation settings.
+func TestGoRuntimeSizedFromResources(t *testing.T) {
+	sidecarEnv := func(m *manifests) map[string]corev1.EnvVar {
+		env := map[string]corev1.EnvVar{}
+		for _, ctr := range append(m.Deployments[0].Spec.Template.Spec.InitContainers, m.Deployments[0].Spec.Template.Spec.Containers...) {
+			if ctr.Name == "loadshed" {
+				for _, e := range ctr.Env {
+					env[e.Name] = e
+				}
+			}
+		}
+		return env
+	}
+	m := decode(t, render(t, "--set", "proxy.resources.limits.cpu=500m,proxy.server.saturation.shedAbove=80ms"))
+	env := sidecarEnv(m)
+	cpu, mem := env["GOMAXPROCS"].ValueFrom, env["LOADSHED_MEMORY_LIMIT"].ValueFrom
+	if cpu == nil || cpu.ResourceFieldRef == nil || cpu.ResourceFieldRef.Resource != "limits.cpu" || cpu.ResourceFieldRef.Divisor.String() != "1" {
+		t.Fatalf("GOMAXPROCS: %+v", env["GOMAXPROCS"])
+	}
+	if mem == nil || mem.ResourceFieldRef == nil || mem.ResourceFieldRef.Resource != "limits.memory" {
+		t.Fatalf("LOADSHED_MEMORY_LIMIT: %+v", env["LOADSHED_MEMORY_LIMIT"])
+	}
+	c, err := config.Parse([]byte(m.configMap(t, "demo-loadshed").Data["config.yaml"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Server.Saturation.ShedAbove.D() != 80*time.Millisecond || c.Server.Saturation.Above.D() != time.Millisecond {
+		t.Fatalf("saturation %+v", c.Server.Saturation)
+	}
+	off := sidecarEnv(decode(t, render(t, "--set", "proxy.goRuntimeFromResources=false")))
+	if _, ok := off["GOMAXPROCS"]; ok {
+		t.Fatal("GOMAXPROCS set though goRuntimeFromResources is false")
+	}
+}

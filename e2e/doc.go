@@ -1,8 +1,9 @@
 // Package e2e is loadshed's end-to-end test on a real Kubernetes cluster (issue 7): it creates
 // a kind cluster, loads locally built images (loadshed, k6, Prometheus), installs the Helm chart
-// once per admission strategy, overloads each with k6 running as a Job inside the cluster,
-// watches the alert rules fire in an in-cluster Prometheus, replaces pods under steady load, and
-// writes a results table.
+// once per admission strategy (and in-flight and adaptive once more in front of the backend's
+// gRPC port, issue 12), overloads each with k6 running as a Job inside the cluster, watches the
+// alert rules fire in an in-cluster Prometheus, replaces pods under steady load, and writes a
+// results table.
 //
 // It is its own Go module so that the Kubernetes client libraries stay out of the sidecar's
 // build. The test is behind the build tag "e2e"; run it with scripts/e2e.sh from the repository
@@ -19,6 +20,11 @@
 //	E2E_UNLOADED        duration of the unloaded run at 0.25x (default 10s)
 //	E2E_STEADY          duration of each steady-load run at 0.5x (default 40s; it must outlast a
 //	                    pod replacement, which the test checks)
+//	E2E_GRPC            0 leaves out the gRPC rows (in-flight and adaptive in front of the
+//	                    backend's gRPC port, overloaded by k6's gRPC module; default 1)
+//	E2E_QUOTA           the quota rows (two replicas sharing a per-client quota through one Redis,
+//	                    then Redis scaled to 0): 1 (default) after the strategies, 0 none,
+//	                    only nothing else
 //	E2E_KEEP_CLUSTER    1 keeps the cluster after the run (for debugging)
 //	LOADSHED_CACHE      tool cache (default ~/.cache/loadshed)
 package e2e

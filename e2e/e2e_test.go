@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -47,6 +48,7 @@ type settings struct {
 	strategies                 []string
 	overload, unloaded, steady time.Duration
 	keep                       bool
+	quota                      quotaMode // E2E_QUOTA (quota_test.go)
 }
 
 func loadSettings(t *testing.T) settings {
@@ -70,6 +72,7 @@ func loadSettings(t *testing.T) settings {
 		unloaded:   durationEnv(t, "E2E_UNLOADED", 10*time.Second),
 		steady:     durationEnv(t, "E2E_STEADY", 40*time.Second),
 		keep:       os.Getenv("E2E_KEEP_CLUSTER") == "1",
+		quota:      quotaSetting(t),
 	}
 	if !filepath.IsAbs(s.artifacts) {
 		s.artifacts = filepath.Join(root, s.artifacts)
@@ -89,6 +92,9 @@ func loadSettings(t *testing.T) settings {
 			s.strategies = append(s.strategies, name)
 		}
 	}
+	if s.quota == quotaOnly {
+		s.strategies = nil
+	}
 	return s
 }
 
@@ -104,6 +110,8 @@ type suite struct {
 	prom    *cluster.Prometheus
 	k6Image string
 	res     results.Results
+	// redisImage is the quota rows' Redis (quota_test.go).
+	redisImage string
 
 	mu      sync.Mutex
 	timings []results.Timing
@@ -166,23 +174,30 @@ func TestKind(t *testing.T) {
 	}
 	must(s.phase("prerequisites", func() error { return s.prerequisites(ctx) }))
 	must(s.phase("images", func() (err error) { promImage, err = s.images(ctx); return err }))
-	must(s.phase("cluster and images in it", func() error { return s.createCluster(ctx, loadshedRef, s.k6Image, promImage) }))
+	if st.quota != quotaOff {
+		must(s.phase("redis image", func() error { return s.buildRedisImage(ctx) }))
+	}
+	must(s.phase("cluster and images in it", func() error {
+		return s.createCluster(ctx, append([]string{loadshedRef, s.k6Image, promImage}, s.quotaImages()...)...)
+	}))
 	must(s.phase("prometheus", func() error { return s.prometheus(ctx, promImage) }))
 
 	// Strategies run one after another; while one's high-shed alert resolves (about 25 s with
 	// the e2e's 20 s windows) the next is installed and measured. Its release stays until then.
 	var wg sync.WaitGroup
-	outcomes := make([]criteria.Outcome, len(st.strategies))
-	for i, name := range st.strategies {
+	rows := s.rows()
+	outcomes := make([]criteria.Outcome, len(rows))
+	for i, r := range rows {
 		if ctx.Err() != nil {
 			break
 		}
+		name := r.name
 		var o criteria.Outcome
 		var finished time.Time
 		err := s.phase("strategy "+name, func() error {
 			for attempt := 1; ; attempt++ {
 				var err error
-				o, finished, err = s.measure(ctx, name, attempt)
+				o, finished, err = s.measure(ctx, r, attempt)
 				o.Attempts = attempt
 				if err != nil || attempt == maxAttempts || criteria.Usable(o) == nil {
 					return err
@@ -192,9 +207,9 @@ func TestKind(t *testing.T) {
 				// alert has cleared.
 				s.logf("%s: %v; measuring again", name, criteria.Usable(o))
 				if o.Alert.Fired {
-					s.waitResolved(ctx, release(name), finished)
+					s.waitResolved(ctx, r.release, finished)
 				}
-				if err := s.helm.Uninstall(ctx, release(name)); err != nil {
+				if err := s.helm.Uninstall(ctx, r.release); err != nil {
 					return err
 				}
 			}
@@ -202,27 +217,32 @@ func TestKind(t *testing.T) {
 		outcomes[i] = o
 		if err != nil {
 			t.Error(err)
-			_ = s.helm.Uninstall(context.WithoutCancel(ctx), release(name))
+			_ = s.helm.Uninstall(context.WithoutCancel(ctx), r.release)
 			continue
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			if o.Alert.Fired {
-				o.Alert.Resolved, o.Alert.ResolvedAfterS = s.waitResolved(ctx, release(name), finished)
+				o.Alert.Resolved, o.Alert.ResolvedAfterS = s.waitResolved(ctx, r.release, finished)
 				outcomes[i].Alert = o.Alert
 			}
-			if err := s.helm.Uninstall(context.WithoutCancel(ctx), release(name)); err != nil {
-				t.Errorf("uninstall %s: %v", release(name), err)
+			if err := s.helm.Uninstall(context.WithoutCancel(ctx), r.release); err != nil {
+				t.Errorf("uninstall %s: %v", r.release, err)
 			}
 		}()
 	}
-	if ctx.Err() == nil {
+	if ctx.Err() == nil && st.quota != quotaOnly {
 		if err := s.phase("steady load: rollout restart and helm upgrade", func() error { return s.steadyReplacements(ctx) }); err != nil {
 			t.Error(err)
 		}
 	}
 	wg.Wait()
+	if ctx.Err() == nil && st.quota != quotaOff {
+		if err := s.phase("quota across replicas", func() error { return s.quotaRows(ctx) }); err != nil {
+			t.Error(err)
+		}
+	}
 	// Judged together: the bounded queue's bound takes its service time under load from the
 	// in-flight run (same load, no queue).
 	limits := criteria.DefaultLimits()
@@ -231,11 +251,11 @@ func TestKind(t *testing.T) {
 			limits.ServiceMs = k6summary.Value(o.Overload.AdmittedMs.P999)
 		}
 	}
-	for _, o := range outcomes {
+	for i, o := range outcomes {
 		if o.Strategy == "" {
 			continue
 		}
-		checks := criteria.Judge(o, limits)
+		checks := rows[i].judge(o, limits)
 		s.res.Strategies = append(s.res.Strategies, results.NewRow(o, checks))
 		for _, c := range checks {
 			if !c.OK {
@@ -374,7 +394,7 @@ func (s *suite) prometheus(ctx context.Context, image string) error {
 	}
 	m, err := manifests.Render("prometheus.yaml", manifests.Prometheus{
 		Namespace: namespace, Image: image, RulesConfigMap: "loadshed-rules", ScrapeInterval: "2s",
-		Releases: append(releases(s.strategies), steadyRelease),
+		Releases: append(append(releases(s.rows()), steadyRelease), s.quotaReleases()...),
 	})
 	if err != nil {
 		return err
@@ -402,10 +422,46 @@ func (s *suite) prometheus(ctx context.Context, image string) error {
 
 func release(strategy string) string { return "e2e-" + strategy }
 
-func releases(strategies []string) []string {
+// row is one line of the results table: a strategy's release, the k6 runs that measure it and
+// how they are judged.
+type row struct {
+	name     string // the row's name in the results (Outcome.Strategy)
+	release  string
+	values   []string // values files of e2e/values after common.yaml
+	unloaded script   // the run at a quarter of capacity
+	overload script   // the run at 3x
+	judge    func(criteria.Outcome, criteria.Limits) []criteria.Check
+}
+
+// script is a k6 script of loadtest/k6 and the environment it gets beyond startK6's.
+type script struct {
+	name string
+	env  []manifests.EnvVar
+}
+
+// strategyRow is the HTTP row of a strategy.
+func strategyRow(strategy string) row {
+	return row{
+		name: strategy, release: release(strategy), values: []string{strategy},
+		unloaded: script{"smoke.js", []manifests.EnvVar{{Name: "MIN_CHECKS", Value: "0"}}},
+		overload: script{name: "overload.js"},
+		judge:    criteria.Judge,
+	}
+}
+
+// rows are the rows of this run: the strategies' HTTP rows, then those of other protocols.
+func (s *suite) rows() []row {
+	var out []row
+	for _, name := range s.strategies {
+		out = append(out, strategyRow(name))
+	}
+	return append(out, s.grpcRows()...)
+}
+
+func releases(rows []row) []string {
 	var out []string
-	for _, s := range strategies {
-		out = append(out, release(s))
+	for _, r := range rows {
+		out = append(out, r.release)
 	}
 	return out
 }
@@ -462,7 +518,15 @@ func (s *suite) startK6(ctx context.Context, job, rel, script string, k float64,
 		{Name: "K", Value: fmt.Sprint(k)},
 		{Name: "DURATION", Value: dur.String()},
 	}
-	env = append(env, extra...)
+	for _, e := range extra {
+		// An extra variable replaces a default of the same name: duplicate names in a container's
+		// env are ambiguous to Kubernetes.
+		if i := slices.IndexFunc(env, func(d manifests.EnvVar) bool { return d.Name == e.Name }); i >= 0 {
+			env[i] = e
+		} else {
+			env = append(env, e)
+		}
+	}
 	m, err := manifests.Render("k6-job.yaml", manifests.K6Job{
 		Name: job, Namespace: namespace, Image: s.k6Image, Script: script, Env: env,
 		DeadlineSeconds: int(dur.Seconds()) + 180, LogOutput: logOutput,
@@ -501,21 +565,21 @@ func (s *suite) finishK6(ctx context.Context, job string, dur time.Duration) (*k
 	return sum, res, nil
 }
 
-// measure installs the strategy's release, measures it at a quarter of capacity and then at
-// 3x while watching its alerts, and returns the outcome and when the overload ended. The
-// release is left installed: the caller watches its alert resolve, then uninstalls it.
-func (s *suite) measure(ctx context.Context, strategy string, attempt int) (criteria.Outcome, time.Time, error) {
+// measure installs the row's release, measures it at a quarter of capacity and then at 3x
+// while watching its alerts, and returns the outcome and when the overload ended. The release
+// is left installed: the caller watches its alert resolve, then uninstalls it.
+func (s *suite) measure(ctx context.Context, r row, attempt int) (criteria.Outcome, time.Time, error) {
+	strategy := r.name
 	o := criteria.Outcome{Strategy: strategy}
-	rel := release(strategy)
+	rel := r.release
 	suffix := ""
 	if attempt > 1 {
 		suffix = fmt.Sprintf("-%d", attempt)
 	}
-	if err := s.install(ctx, rel, strategy); err != nil {
+	if err := s.install(ctx, rel, r.values...); err != nil {
 		return o, time.Time{}, err
 	}
-	unloaded, _, err := s.k6(ctx, rel+"-unloaded"+suffix, rel, "smoke.js", unloadedK, s.unloaded,
-		manifests.EnvVar{Name: "MIN_CHECKS", Value: "0"})
+	unloaded, _, err := s.k6(ctx, rel+"-unloaded"+suffix, rel, r.unloaded.name, unloadedK, s.unloaded, r.unloaded.env...)
 	if err != nil {
 		return o, time.Time{}, err
 	}
@@ -532,7 +596,7 @@ func (s *suite) measure(ctx context.Context, strategy string, attempt int) (crit
 	}
 	job := rel + "-overload" + suffix
 	// Without admission nearly every request times out, and k6 would log each one.
-	started, err := s.startK6(ctx, job, rel, "overload.js", overloadK, s.overload, "none")
+	started, err := s.startK6(ctx, job, rel, r.overload.name, overloadK, s.overload, "none", r.overload.env...)
 	if err != nil {
 		return o, time.Time{}, err
 	}

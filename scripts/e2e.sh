@@ -14,6 +14,7 @@
 #                     folder exists, else kind's default image
 #   E2E_ARTIFACTS     output folder (default out/e2e)
 #   E2E_STRATEGIES    comma-separated subset, e.g. inflight,adaptive (default: all six)
+#   E2E_QUOTA         the quota rows (replicas sharing a quota through Redis): 1 (default), 0, only
 #   E2E_TIMEOUT       go test timeout (default 40m)
 #   E2E_KEEP_CLUSTER  1 keeps the cluster for debugging (delete it with kind delete cluster --name ...)
 #   LOADSHED_CACHE    tool cache (default ~/.cache/loadshed)

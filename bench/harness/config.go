@@ -9,16 +9,17 @@ import (
 // Config is one harness run.
 type Config struct {
 	// RepoRoot is the repository checkout (for go build, the k6 scripts and install-tools.sh).
-	RepoRoot string
+	// Paths on the machine that ran are left out of points.json.
+	RepoRoot string `json:"-"`
 	// OutDir receives report.md, points.csv, summary.csv, the charts and the raw k6 summaries.
-	OutDir string
+	OutDir string `json:"-"`
 	// WorkDir holds generated configs and logs; empty: a new temporary directory, removed at
 	// the end unless KeepWork is set.
-	WorkDir  string
+	WorkDir  string `json:"-"`
 	KeepWork bool
 
 	// Binaries; an empty path is built (Go binaries) or looked up / installed (peers, k6).
-	Bins Binaries
+	Bins Binaries `json:"-"`
 	// InstallPeers lets the harness apt-get install nginx and HAProxy when they are missing.
 	InstallPeers bool
 
@@ -43,6 +44,13 @@ type Config struct {
 	MaxLateMs float64
 	// Quick marks a CI smoke run: any point that fails to start fails the whole run at once.
 	Quick bool
+	// TraceEvery, when above 0, reads every target's concurrency limit (loadshed's
+	// loadshed_limit, Envoy's adaptive concurrency_limit) at this interval during each point.
+	TraceEvery time.Duration
+
+	// fastUpstream replaces the backend with nginx answering 200 at once (the cost scenario's
+	// forwarding ceiling).
+	fastUpstream bool
 	// CommandLine is echoed in the report.
 	CommandLine string
 }
@@ -52,12 +60,17 @@ const (
 	PinNone  = "none"
 	PinProxy = "proxy"
 	PinSplit = "split"
+	// pinCost is the cost scenario's placement: backend (and load generator) on CPU 0, target
+	// on CPU 1.
+	pinCost = "cost"
 )
 
 // Binaries are the programs the harness runs.
 type Binaries struct {
 	Proxy, Backend, PlainProxy  string
 	Nginx, HAProxy, K6, Taskset string
+	// Envoy defaults to scripts/install-tools.sh envoy; Wrk (the cost scenario) to Debian's wrk.
+	Envoy, Wrk string
 }
 
 // Validate reports every problem, naming the field.
@@ -110,6 +123,8 @@ type Scenario struct {
 	Script string
 	Load   float64
 	Env    map[string]string
+	// Warmup, when above 0, runs the same script and load for this long first, unmeasured.
+	Warmup time.Duration `json:",omitempty"`
 }
 
 func (c Config) scenarios() []Scenario {

@@ -110,7 +110,7 @@ func TestSelectTargets(t *testing.T) {
 	if strings.Join(names, " ") != "loadshed/inflight nginx/limit_conn nginx/limit_req direct" {
 		t.Fatalf("selected %v", names)
 	}
-	if _, err := SelectTargets(all, "envoy"); err == nil || !strings.Contains(err.Error(), "--targets") {
+	if _, err := SelectTargets(all, "traefik"); err == nil || !strings.Contains(err.Error(), "--targets") {
 		t.Fatalf("unknown prefix: %v", err)
 	}
 	if got, _ := SelectTargets(all, ""); len(got) != len(all) {

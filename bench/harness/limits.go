@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/loadshed/loadshed/internal/slowtail"
 )
 
 // Backend describes the synthetic backend every target fronts: Workers workers, each request
@@ -12,10 +14,29 @@ import (
 type Backend struct {
 	Workers int
 	Service time.Duration
+	// SlowTail draws service times from the project's slow-tail model (slowtail.DefaultConfig)
+	// scaled so that its normal path has mean Service: stddev Service/4, 1% of requests in an
+	// exponential tail of mean 15 x Service clamped to [5, 100] x Service. Capacity is still
+	// quoted as Workers/Service; the tail takes about an eighth of it.
+	SlowTail bool `json:",omitempty"`
 }
 
 // CapacityRPS is the backend's capacity in requests per second.
 func (b Backend) CapacityRPS() float64 { return float64(b.Workers) / b.Service.Seconds() }
+
+// serviceTime is the service time distribution the backend is configured with.
+func (b Backend) serviceTime() slowtail.Config {
+	if !b.SlowTail {
+		return slowtail.Constant(b.Service)
+	}
+	d := slowtail.DefaultConfig()
+	scale := func(x time.Duration) time.Duration {
+		return min(slowtail.MaxDuration, time.Duration(float64(x)*float64(b.Service)/float64(d.Mean)))
+	}
+	d.Stddev, d.TailMean, d.TailMin, d.TailMax = scale(d.Stddev), scale(d.TailMean), scale(d.TailMin), scale(d.TailMax)
+	d.Mean = b.Service
+	return d
+}
 
 // Limits are the admission settings every target derives from the same backend and SLO.
 type Limits struct {

@@ -18,12 +18,33 @@ import (
 // resultFile holds a run's raw points, so the report can be rendered again (--report-from).
 const resultFile = "points.json"
 
-// Rerender reads dir/points.json of an earlier run and writes its report, CSVs and charts
-// again into dir.
+// Rerender reads dir/points.json of an earlier run (any scenario) and writes its report, CSVs
+// and charts again into dir.
 func Rerender(dir string, stdout io.Writer) error {
 	b, err := os.ReadFile(filepath.Join(dir, resultFile))
 	if err != nil {
 		return err
+	}
+	// The cost and adaptive scenarios name their kind; the peers run's file has none.
+	var kind struct{ Kind string }
+	if err := json.Unmarshal(b, &kind); err != nil {
+		return fmt.Errorf("%s: %w", resultFile, err)
+	}
+	switch kind.Kind {
+	case "cost":
+		var r CostResult
+		if err := json.Unmarshal(b, &r); err != nil {
+			return fmt.Errorf("%s: %w", resultFile, err)
+		}
+		r.Config.OutDir = dir
+		return r.writeOutputs(stdout)
+	case "adaptive":
+		var r AdaptiveResult
+		if err := json.Unmarshal(b, &r); err != nil {
+			return fmt.Errorf("%s: %w", resultFile, err)
+		}
+		r.Config.OutDir = dir
+		return r.writeOutputs(stdout)
 	}
 	var r Result
 	if err := json.Unmarshal(b, &r); err != nil {
@@ -35,20 +56,10 @@ func Rerender(dir string, stdout io.Writer) error {
 
 // writeOutputs writes report.md, points.csv, summary.csv and the charts, and prints the report.
 func writeOutputs(r *Result, stdout io.Writer) error {
-	raw, err := json.MarshalIndent(r, "", " ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(r.Config.OutDir, resultFile), raw, 0o644); err != nil {
-		return err
-	}
 	cells := r.Cells()
 	var md strings.Builder
 	r.markdown(&md, cells)
-	if err := os.WriteFile(filepath.Join(r.Config.OutDir, "report.md"), []byte(md.String()), 0o644); err != nil {
-		return err
-	}
-	if _, err := io.WriteString(stdout, md.String()); err != nil {
+	if err := writeReport(r.Config.OutDir, r, md.String(), stdout); err != nil {
 		return err
 	}
 	if err := r.writePointsCSV(filepath.Join(r.Config.OutDir, "points.csv")); err != nil {
@@ -186,8 +197,13 @@ func (r *Result) markdown(w *strings.Builder, cells map[string]map[string]*Cell)
 	r.overheadSection(w)
 	r.goalsSection(w, cells)
 
+	pointsNotUsed(w, r.Points)
+}
+
+// pointsNotUsed lists the failed and invalid points, with the reason.
+func pointsNotUsed(w *strings.Builder, points []Point) {
 	var bad []string
-	for _, p := range r.Points {
+	for _, p := range points {
 		switch {
 		case p.Err != "":
 			bad = append(bad, fmt.Sprintf("- %s %s repeat %d: FAILED: %s", p.Target, p.Scenario, p.Repeat, firstLine(p.Err)))
@@ -198,6 +214,22 @@ func (r *Result) markdown(w *strings.Builder, cells map[string]map[string]*Cell)
 	if len(bad) > 0 {
 		fmt.Fprintf(w, "## Points not used\n\n%s\n\n", strings.Join(bad, "\n"))
 	}
+}
+
+// writeReport writes a scenario's points.json (v) and report.md (md) into dir and prints md.
+func writeReport(dir string, v any, md string, stdout io.Writer) error {
+	raw, err := json.MarshalIndent(v, "", " ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, resultFile), raw, 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "report.md"), []byte(md), 0o644); err != nil {
+		return err
+	}
+	_, err = io.WriteString(stdout, md)
+	return err
 }
 
 func firstLine(s string) string {

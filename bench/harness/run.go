@@ -31,6 +31,10 @@ type Point struct {
 	// resident memory in bytes.
 	CPUNanos int64
 	PeakRSS  int64
+	// Trace is the target's concurrency limit over time (Config.TraceEvery), from the start of
+	// the warm-up; TraceStart is the time within it at which the measured run began.
+	Trace      []Sample `json:",omitempty"`
+	TraceStart float64  `json:",omitempty"`
 	// Err says why the point produced no figures (a process failed, k6 failed).
 	Err string
 }
@@ -98,25 +102,8 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (*Result, er
 		logf("not pinning: needs taskset and two CPUs")
 	}
 
-	// Leave out loadshed strategies the proxy does not accept yet.
-	for _, t := range targets {
-		if t.Kind != KindLoadshed {
-			res.Targets = append(res.Targets, t)
-			continue
-		}
-		if reason := checkStrategy(ctx, bins.Proxy, t, limits, work); reason != "" {
-			if cfg.Quick {
-				// CI's targets are strategies the proxy must have: a rejection is a failure.
-				return nil, fmt.Errorf("%s: %s", t.Name, reason)
-			}
-			logf("skipping %s: %s", t.Name, reason)
-			res.Skipped = append(res.Skipped, Skipped{t.Name, reason})
-			continue
-		}
-		res.Targets = append(res.Targets, t)
-	}
-	if len(res.Targets) == 0 {
-		return nil, errors.New("no target left to run")
+	if res.Targets, res.Skipped, err = acceptedTargets(ctx, targets, bins.Proxy, limits, work, cfg.Quick, logf); err != nil {
+		return nil, err
 	}
 
 	var failures []string
@@ -153,13 +140,18 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (*Result, er
 		}
 	}
 	res.Elapsed = time.Since(res.Started)
-	if err := writeOutputs(res, stdout); err != nil {
-		return res, err
+	return res, finishRun(func() error { return writeOutputs(res, stdout) }, failures)
+}
+
+// finishRun writes a run's outputs, then reports the points that failed, if any.
+func finishRun(write func() error, failures []string) error {
+	if err := write(); err != nil {
+		return err
 	}
 	if len(failures) > 0 {
-		return res, fmt.Errorf("%d point(s) failed:\n  %s", len(failures), strings.Join(failures, "\n  "))
+		return fmt.Errorf("%d point(s) failed:\n  %s", len(failures), strings.Join(failures, "\n  "))
 	}
-	return res, nil
+	return nil
 }
 
 func rotate(ts []Target, k int) []Target {
@@ -260,13 +252,46 @@ func prepareBinaries(ctx context.Context, cfg Config, targets []Target, work str
 		}
 	}
 	if b.K6 == "" {
-		k6, err := installK6(ctx, cfg.RepoRoot, logf)
+		k6, err := installTool(ctx, cfg.RepoRoot, "k6", logf)
 		if err != nil {
 			return b, err
 		}
 		b.K6 = k6
 	}
+	if need[KindEnvoy] && b.Envoy == "" {
+		envoy, err := installTool(ctx, cfg.RepoRoot, "envoy", logf)
+		if err != nil {
+			return b, err
+		}
+		if os.Geteuid() == 0 {
+			// Servers run as an unprivileged user, who cannot reach into root's tool cache.
+			dst := filepath.Join(binDir, "envoy")
+			if err := copyFile(envoy, dst, 0o755); err != nil {
+				return b, fmt.Errorf("envoy: %w", err)
+			}
+			envoy = dst
+		}
+		b.Envoy = envoy
+	}
 	return b, nil
+}
+
+// copyFile copies src (following links) to dst with the given mode.
+func copyFile(src, dst string, mode os.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }
 
 // installPeers installs the Debian packages of the missing peers (nginx-light where it exists).
@@ -304,23 +329,47 @@ func installPeers(ctx context.Context, missing []string, logf func(string, ...an
 	return nil
 }
 
-// installK6 runs scripts/install-tools.sh k6 and returns the path it prints.
-func installK6(ctx context.Context, repo string, logf func(string, ...any)) (string, error) {
-	logf("installing k6 with scripts/install-tools.sh k6")
-	cmd := exec.CommandContext(ctx, "bash", filepath.Join(repo, "scripts", "install-tools.sh"), "k6")
+// installTool runs scripts/install-tools.sh NAME (k6, envoy) and returns the path it prints.
+func installTool(ctx context.Context, repo, name string, logf func(string, ...any)) (string, error) {
+	logf("installing %s with scripts/install-tools.sh %s", name, name)
+	cmd := exec.CommandContext(ctx, "bash", filepath.Join(repo, "scripts", "install-tools.sh"), name)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return "", fmt.Errorf("scripts/install-tools.sh k6: %v\n%s", err, stderr.String())
+		return "", fmt.Errorf("scripts/install-tools.sh %s: %v\n%s", name, err, stderr.String())
 	}
 	s := bufio.NewScanner(bytes.NewReader(out))
 	for s.Scan() {
-		if p, ok := strings.CutPrefix(s.Text(), "k6="); ok {
+		if p, ok := strings.CutPrefix(s.Text(), name+"="); ok {
 			return p, nil
 		}
 	}
-	return "", errors.New("scripts/install-tools.sh k6 printed no k6=PATH line")
+	return "", fmt.Errorf("scripts/install-tools.sh %s printed no %s=PATH line", name, name)
+}
+
+// acceptedTargets leaves out the loadshed strategies the proxy does not accept yet (with quick,
+// CI's run, such a strategy is an error: its targets are strategies the proxy must have).
+func acceptedTargets(ctx context.Context, targets []Target, proxy string, l Limits, work string, quick bool, logf func(string, ...any)) ([]Target, []Skipped, error) {
+	var kept []Target
+	var skipped []Skipped
+	for _, t := range targets {
+		if t.Kind == KindLoadshed {
+			if reason := checkStrategy(ctx, proxy, t, l, work); reason != "" {
+				if quick {
+					return nil, nil, fmt.Errorf("%s: %s", t.Name, reason)
+				}
+				logf("skipping %s: %s", t.Name, reason)
+				skipped = append(skipped, Skipped{t.Name, reason})
+				continue
+			}
+		}
+		kept = append(kept, t)
+	}
+	if len(kept) == 0 {
+		return nil, nil, errors.New("no target left to run")
+	}
+	return kept, skipped, nil
 }
 
 // checkStrategy runs proxy --check-config on the strategy's config; it returns why the proxy
@@ -348,28 +397,51 @@ type stack struct {
 	launch  launch
 	backend *proc
 	target  *proc // nil for direct
+	sidecar *proc // launch.Sidecar, when the target has one
 }
 
 func (s *stack) watch() []*proc {
-	if s.target == nil {
-		return []*proc{s.backend}
+	ps := []*proc{s.backend}
+	for _, p := range []*proc{s.sidecar, s.target} {
+		if p != nil {
+			ps = append(ps, p)
+		}
 	}
-	return []*proc{s.backend, s.target}
+	return ps
+}
+
+// usage measures the target, its sidecar included.
+func (s *stack) usage() usage {
+	var u usage
+	for _, p := range []*proc{s.target, s.sidecar} {
+		if p != nil {
+			t := treeUsage(p.pid())
+			u.CPUNanos += t.CPUNanos
+			u.PeakRSS += t.PeakRSS
+			u.Procs += t.Procs
+		}
+	}
+	return u
 }
 
 // stop kills what the stack started; the figures are taken, no need to wait for a drain.
 func (s *stack) stop() {
-	if s.target != nil {
-		s.target.stop(0)
-	}
-	if s.backend != nil {
-		s.backend.stop(0)
+	for _, p := range []*proc{s.target, s.sidecar, s.backend} {
+		if p != nil {
+			p.stop(0)
+		}
 	}
 }
 
 // startStack starts a fresh backend, configures it, starts the target in front of it and
 // checks that one request passes end to end. On error it stops what it started.
 func startStack(ctx context.Context, cfg Config, l Limits, bins Binaries, t Target, dir string, root bool, pin string) (_ *stack, err error) {
+	return startStackFor(ctx, cfg, l, bins, t, dir, root, pin, false)
+}
+
+// startStackFor is startStack; with grpc the backend also serves its gRPC port, the target
+// forwards there and the end-to-end check is one gRPC call (waitGRPC).
+func startStackFor(ctx context.Context, cfg Config, l Limits, bins Binaries, t Target, dir string, root bool, pin string, grpc bool) (_ *stack, err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -379,12 +451,20 @@ func startStack(ctx context.Context, cfg Config, l Limits, bins Binaries, t Targ
 		targetCPU = 1
 	case PinSplit:
 		backendCPU, targetCPU = 1, 1
+	case pinCost:
+		backendCPU, targetCPU = 0, 1
 	}
-	ports, err := freePorts(4)
+	ports, err := freePorts(7)
 	if err != nil {
 		return nil, err
 	}
-	st := &stack{ep: endpoints{Listen: ports[0], Admin: ports[1], Backend: ports[2], BackendAdm: ports[3], UpstreamURL: "http://" + ports[2]}}
+	st := &stack{ep: endpoints{Listen: ports[0], Admin: ports[1], Backend: ports[2], BackendAdm: ports[3], UpstreamURL: "http://" + ports[2],
+		Sidecar: ports[4], SidecarAdmin: ports[5]}}
+	backendArgs := []string{"--listen", st.ep.Backend, "--admin-listen", st.ep.BackendAdm}
+	if grpc {
+		st.ep.BackendGRPC, st.ep.UpstreamURL = ports[6], "http://"+ports[6]
+		backendArgs = append(backendArgs, "--grpc-listen", st.ep.BackendGRPC)
+	}
 	defer func() {
 		if err != nil {
 			st.stop()
@@ -393,24 +473,46 @@ func startStack(ctx context.Context, cfg Config, l Limits, bins Binaries, t Targ
 	if st.launch, err = t.prepare(dir, bins, l, st.ep); err != nil {
 		return nil, err
 	}
+	if grpc && t.Kind == KindDirect {
+		st.launch.URL = "http://" + st.ep.BackendGRPC + "/"
+	}
 	if root {
 		if err := makeWritable(dir); err != nil {
 			return nil, err
 		}
 	}
-	st.backend, err = startProc("backend", bins.Backend, []string{"--listen", st.ep.Backend, "--admin-listen", st.ep.BackendAdm}, nil,
-		filepath.Join(dir, "backend.log"), bins.Taskset, backendCPU, root)
-	if err != nil {
-		return nil, err
+	if cfg.fastUpstream {
+		if st.backend, err = startFastUpstream(ctx, bins, dir, st.ep.Backend, backendCPU, root); err != nil {
+			return nil, err
+		}
+	} else {
+		st.backend, err = startProc("backend", bins.Backend, backendArgs, nil,
+			filepath.Join(dir, "backend.log"), bins.Taskset, backendCPU, root)
+		if err != nil {
+			return nil, err
+		}
+		if err := waitHTTP(ctx, "http://"+st.ep.BackendAdm+"/healthz", 10*time.Second, st.backend); err != nil {
+			return nil, fmt.Errorf("backend: %w", err)
+		}
+		if err := configureBackend(ctx, st.ep.BackendAdm, cfg.Backend); err != nil {
+			return nil, fmt.Errorf("backend: %w", err)
+		}
 	}
-	if err := waitHTTP(ctx, "http://"+st.ep.BackendAdm+"/healthz", 10*time.Second, st.backend); err != nil {
-		return nil, fmt.Errorf("backend: %w", err)
-	}
-	if err := configureBackend(ctx, st.ep.BackendAdm, cfg.Backend); err != nil {
-		return nil, fmt.Errorf("backend: %w", err)
+	if sc := st.launch.Sidecar; sc != nil {
+		st.sidecar, err = startProc(t.Name+" sidecar", sc.Path, sc.Args, []string{"GOMAXPROCS=1"},
+			filepath.Join(dir, "sidecar.log"), bins.Taskset, targetCPU, root)
+		if err != nil {
+			return nil, err
+		}
+		if sc.ReadyURL != "" {
+			if err := waitHTTP(ctx, sc.ReadyURL, 10*time.Second, st.watch()...); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if st.launch.Path != "" {
-		// One worker thread per proxy: nginx and HAProxy are configured so, Go gets GOMAXPROCS=1.
+		// One worker thread per proxy: nginx, HAProxy and Envoy are configured so, Go gets
+		// GOMAXPROCS=1.
 		st.target, err = startProc(t.Name, st.launch.Path, st.launch.Args, []string{"GOMAXPROCS=1"},
 			filepath.Join(dir, "target.log"), bins.Taskset, targetCPU, root)
 		if err != nil {
@@ -423,7 +525,11 @@ func startStack(ctx context.Context, cfg Config, l Limits, bins Binaries, t Targ
 		}
 	}
 	// One request must pass end to end before the load starts.
-	if err := waitHTTP(ctx, st.launch.URL, 10*time.Second, st.watch()...); err != nil {
+	wait := waitHTTP
+	if grpc {
+		wait = waitGRPC
+	}
+	if err := wait(ctx, st.launch.URL, 10*time.Second, st.watch()...); err != nil {
 		return nil, fmt.Errorf("end-to-end check: %w", err)
 	}
 	return st, nil
@@ -447,14 +553,41 @@ func runPoint(ctx context.Context, cfg Config, res *Result, bins Binaries, t Tar
 	}
 	defer st.stop()
 
+	var tr *tracer
+	if cfg.TraceEvery > 0 {
+		if probe := t.limitProbe(st.ep); probe != nil {
+			tr = startTrace(ctx, *probe, cfg.TraceEvery)
+			defer tr.stop()
+		}
+	}
+	if sc.Warmup > 0 {
+		// The same load, unmeasured: the adaptive limits settle before the figures start.
+		warm := sc
+		warm.Env = map[string]string{}
+		for k, v := range sc.Env {
+			warm.Env[k] = v
+		}
+		warm.Env["DURATION"] = sc.Warmup.String()
+		dir := filepath.Join(work, "points", name)
+		if err := runK6(ctx, cfg, res.Limits, bins, k6CPU, warm, st.launch.URL, filepath.Join(dir, "warmup.json"), filepath.Join(dir, "k6-warmup.log")); err != nil {
+			p.Err = "warm-up: " + err.Error()
+			return p
+		}
+	}
 	var before usage
 	if st.target != nil {
-		before = treeUsage(st.target.pid())
+		before = st.usage()
+	}
+	if tr != nil {
+		p.TraceStart = tr.elapsed()
 	}
 	summaryPath := filepath.Join(cfg.OutDir, "k6", name+".json")
 	if err := runK6(ctx, cfg, res.Limits, bins, k6CPU, sc, st.launch.URL, summaryPath, filepath.Join(work, "points", name, "k6.log")); err != nil {
 		p.Err = err.Error()
 		return p
+	}
+	if tr != nil {
+		p.Trace = tr.stop()
 	}
 	for _, w := range st.watch() {
 		if err := w.exited(); err != nil {
@@ -463,7 +596,7 @@ func runPoint(ctx context.Context, cfg Config, res *Result, bins Binaries, t Tar
 		}
 	}
 	if st.target != nil {
-		after := treeUsage(st.target.pid())
+		after := st.usage()
 		p.CPUNanos = after.CPUNanos - before.CPUNanos
 		p.PeakRSS = after.PeakRSS
 	}
@@ -476,10 +609,12 @@ func runPoint(ctx context.Context, cfg Config, res *Result, bins Binaries, t Tar
 	return p
 }
 
-// configureBackend sets the backend to W workers with a constant service time.
+// configureBackend sets the backend to W workers with its service time distribution.
 func configureBackend(ctx context.Context, admin string, b Backend) error {
+	st := b.serviceTime()
 	body, _ := json.Marshal(map[string]any{
-		"workers": b.Workers, "mean": b.Service.String(), "stddev": "0s", "tailProb": 0, "fanout": 1,
+		"workers": b.Workers, "mean": st.Mean.String(), "stddev": st.Stddev.String(), "tailProb": st.TailProb,
+		"tailMean": st.TailMean.String(), "tailMin": st.TailMin.String(), "tailMax": st.TailMax.String(), "fanout": st.Fanout,
 	})
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+admin+"/admin/config", bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
@@ -503,6 +638,12 @@ func configureBackend(ctx context.Context, admin string, b Backend) error {
 
 // runK6 runs one scenario; exit status 99 (thresholds crossed) is a result, not a failure.
 func runK6(ctx context.Context, cfg Config, l Limits, bins Binaries, cpu int, sc Scenario, url, summary, logPath string) error {
+	_, err := runK6CPU(ctx, cfg, l, bins, cpu, sc, url, summary, logPath)
+	return err
+}
+
+// runK6CPU is runK6 that also returns the CPU time k6 used.
+func runK6CPU(ctx context.Context, cfg Config, l Limits, bins Binaries, cpu int, sc Scenario, url, summary, logPath string) (time.Duration, error) {
 	script := filepath.Join(cfg.RepoRoot, "loadtest", "k6", sc.Script)
 	argv := []string{bins.K6, "run", "--quiet", "--no-color", script}
 	if cpu >= 0 && bins.Taskset != "" {
@@ -527,17 +668,21 @@ func runK6(ctx context.Context, cfg Config, l Limits, bins Binaries, cpu int, sc
 	}
 	f, err := os.Create(logPath)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer f.Close()
 	cmd.Stdout, cmd.Stderr = f, f
 	err = cmd.Run()
+	var used time.Duration
+	if cmd.ProcessState != nil {
+		used = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	}
 	var ee *exec.ExitError
 	if errors.As(err, &ee) && ee.ExitCode() == 99 {
 		err = nil
 	}
 	if err != nil {
-		return fmt.Errorf("k6 %s: %v; log %s:\n%s", sc.Script, err, logPath, tail(logPath, 15))
+		return used, fmt.Errorf("k6 %s: %v; log %s:\n%s", sc.Script, err, logPath, tail(logPath, 15))
 	}
-	return nil
+	return used, nil
 }

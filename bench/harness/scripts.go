@@ -20,6 +20,8 @@ type scriptRun struct {
 	env    map[string]string
 	// admin passes the backend's admin URL (capacity-drop).
 	admin bool
+	// grpc runs the script against the target in front of the backend's gRPC port.
+	grpc bool
 }
 
 var scriptRuns = []scriptRun{
@@ -28,13 +30,16 @@ var scriptRuns = []scriptRun{
 	{script: "spike.js", env: map[string]string{"BASE_S": "2", "RAMP_S": "1", "HOLD_S": "3", "AFTER_S": "3"}},
 	{script: "capacity-drop.js", env: map[string]string{"DURATION": "6s", "DROP_AT": "2"}, admin: true},
 	{script: "retry-storm.js", env: map[string]string{"BASE_S": "2", "TRIGGER_S": "2", "AFTER_S": "3"}},
+	{script: "grpc-overload.js", env: map[string]string{"K": "2", "DURATION": "3s"}, grpc: true},
 }
 
 // ScriptSmoke runs every k6 script in loadtest/k6 once, for a few seconds, against the named
 // target in front of a fresh backend, and checks that each one ran and wrote a summary that
 // bench/k6summary reads, with requests sent, no unexpected errors, and (capacity-drop) the
 // backend's workers restored afterwards. Thresholds and validity are printed, not enforced: the
-// smoke guards the scripts, not performance.
+// smoke guards the scripts, not performance. grpc-overload.js runs against loadshed targets and
+// direct (the backend's gRPC port), in front of the backend's gRPC port; the peers are set up
+// for HTTP/1.1 only and skip it.
 func ScriptSmoke(ctx context.Context, cfg Config, targetName string, stdout, stderr io.Writer) error {
 	limits, err := DeriveLimits(cfg.Backend, cfg.SLO)
 	if err != nil {
@@ -70,6 +75,10 @@ func ScriptSmoke(ctx context.Context, cfg Config, targetName string, stdout, std
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		if sr.grpc && !carriesGRPC(t) {
+			fmt.Fprintf(stdout, "skip %s against %s: the harness configures %s for HTTP/1.1 only\n", sr.script, t.Name, t.Name)
+			continue
+		}
 		s, err := smokeOne(ctx, cfg, limits, bins, t, sr, work, root)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", sr.script, err))
@@ -88,7 +97,7 @@ func ScriptSmoke(ctx context.Context, cfg Config, targetName string, stdout, std
 
 func smokeOne(ctx context.Context, cfg Config, l Limits, bins Binaries, t Target, sr scriptRun, work string, root bool) (*k6summary.Summary, error) {
 	dir := filepath.Join(work, sr.script)
-	st, err := startStack(ctx, cfg, l, bins, t, dir, root, PinNone)
+	st, err := startStackFor(ctx, cfg, l, bins, t, dir, root, PinNone, sr.grpc)
 	if err != nil {
 		return nil, err
 	}
@@ -118,6 +127,15 @@ func smokeOne(ctx context.Context, cfg Config, l Limits, bins Binaries, t Target
 	}
 	if s.Unexpected > 0 {
 		problems = append(problems, fmt.Errorf("%d unexpected errors", s.Unexpected))
+	}
+	if sr.grpc {
+		// What a gRPC refusal looks like does not depend on timing.
+		if s.Protocol != "grpc" {
+			problems = append(problems, fmt.Errorf("summary protocol %q, want grpc", s.Protocol))
+		}
+		if s.Shed > 0 && (s.TrailersOnly != s.Shed || s.Pushback != s.Shed) {
+			problems = append(problems, fmt.Errorf("%d refusals, %d trailers-only, %d with grpc-retry-pushback-ms: want all of them both", s.Shed, s.TrailersOnly, s.Pushback))
+		}
 	}
 	if sr.admin {
 		w, err := backendWorkers(ctx, st.ep.BackendAdm)

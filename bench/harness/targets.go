@@ -17,6 +17,7 @@ const (
 	KindHAProxy  Kind = "haproxy"
 	KindPlain    Kind = "plainproxy"
 	KindDirect   Kind = "direct"
+	KindEnvoy    Kind = "envoy"
 )
 
 // Strategy is one loadshed admission strategy the harness runs. Block returns the YAML lines
@@ -66,6 +67,9 @@ type Target struct {
 
 	strategy *Strategy
 	nginxLoc string
+	envoy    *EnvoySetup
+	// haproxyPlain runs HAProxy with no maxconn, maxqueue or queue timeout (the cost scenario).
+	haproxyPlain bool
 }
 
 // AllTargets returns every target the harness knows, in report order.
@@ -91,14 +95,76 @@ func AllTargets(l Limits) []Target {
 			nginxLoc: fmt.Sprintf("limit_req zone=rate burst=%d nodelay;\n      limit_req_status 429;", l.Queue)},
 		Target{Name: "haproxy", Kind: KindHAProxy, Peer: true,
 			Settings: fmt.Sprintf("maxconn %d, maxqueue %d, timeout queue %s", l.InFlight, l.Queue, l.MaxWait)},
+	)
+	for i := range EnvoySetups {
+		ts = append(ts, envoyTarget(&EnvoySetups[i], l))
+	}
+	ts = append(ts,
 		Target{Name: "plainproxy", Kind: KindPlain, Peer: true, Settings: "httputil.ReverseProxy, no admission"},
 		Target{Name: "direct", Kind: KindDirect, Settings: "no proxy"},
 	)
 	return ts
 }
 
+func envoyTarget(s *EnvoySetup, l Limits) Target {
+	return Target{Name: s.Name, Kind: KindEnvoy, Peer: true, ToldCapacity: s.ToldCapacity, Settings: s.Settings(l), envoy: s}
+}
+
+// AdaptiveAlgorithms are the limit algorithms of loadshed's adaptive strategy; the adaptive
+// scenario runs each one (target "loadshed/adaptive-NAME") next to the default
+// ("loadshed/adaptive") and Envoy's adaptive_concurrency.
+var AdaptiveAlgorithms = []string{"gradient", "gradient2", "vegas", "aimd", "greed"}
+
+// AdaptiveTargets are the targets of the adaptive scenario: loadshed's adaptive strategy with its
+// default algorithm, then with each algorithm named, then Envoy's adaptive_concurrency. None is
+// told anything about the backend.
+func AdaptiveTargets(l Limits) []Target {
+	var ts []Target
+	for _, t := range AllTargets(l) {
+		if t.Name == "loadshed/adaptive" {
+			t.Settings = "strategy adaptive with its defaults (default algorithm)"
+			ts = append(ts, t)
+		}
+	}
+	for _, alg := range AdaptiveAlgorithms {
+		block := fmt.Sprintf("  adaptive: {algorithm: %s}\n", alg)
+		s := &Strategy{Name: "adaptive", Block: func(Limits) string { return block }}
+		ts = append(ts, Target{Name: "loadshed/adaptive-" + alg, Kind: KindLoadshed, strategy: s,
+			Settings: "strategy adaptive, algorithm " + alg + ", its defaults otherwise"})
+	}
+	for i := range EnvoySetups {
+		if EnvoySetups[i].LimitStat != "" {
+			ts = append(ts, envoyTarget(&EnvoySetups[i], l))
+		}
+	}
+	return ts
+}
+
+// CostTargets are the targets of the cost scenario: loadshed with strategies none, inflight
+// (limit L, which 64 connections never exceed in front of a 64-worker backend) and adaptive, the
+// peers with no admission (nginx proxy_pass with keepalive, HAProxy, Envoy's router), the plain
+// httputil proxy, and no proxy.
+func CostTargets(l Limits) []Target {
+	var ts []Target
+	for _, t := range AllTargets(l) {
+		switch t.Name {
+		case "loadshed/none", "loadshed/inflight", "loadshed/adaptive":
+			ts = append(ts, t)
+		}
+	}
+	return append(ts,
+		Target{Name: "nginx/proxy", Kind: KindNginx, Peer: true, Settings: "proxy_pass with upstream keepalive, no admission"},
+		Target{Name: "haproxy/proxy", Kind: KindHAProxy, Peer: true, Settings: "http-reuse always, no maxconn or queue", haproxyPlain: true},
+		envoyTarget(&EnvoyProxy, l),
+		Target{Name: "plainproxy", Kind: KindPlain, Peer: true, Settings: "httputil.ReverseProxy, no admission"},
+		Target{Name: "direct", Kind: KindDirect, Settings: "no proxy"},
+	)
+}
+
 // SelectTargets keeps the targets whose name starts with one of the comma-separated prefixes
-// in spec ("" or "all" keeps every one); a prefix that matches nothing is an error.
+// in spec ("" or "all" keeps every one); a prefix that matches nothing is an error. A prefix
+// that is a target's whole name selects that target only ("loadshed/adaptive" is not also
+// "loadshed/adaptive-vegas").
 func SelectTargets(all []Target, spec string) ([]Target, error) {
 	spec = strings.TrimSpace(spec)
 	if spec == "" || spec == "all" {
@@ -111,9 +177,13 @@ func SelectTargets(all []Target, spec string) ([]Target, error) {
 		if p == "" {
 			continue
 		}
+		exact := false
+		for _, t := range all {
+			exact = exact || t.Name == p
+		}
 		n := 0
 		for _, t := range all {
-			if t.Name == p || strings.HasPrefix(t.Name, p) {
+			if t.Name == p || (!exact && strings.HasPrefix(t.Name, p)) {
 				n++
 				if !seen[t.Name] {
 					seen[t.Name] = true
@@ -134,7 +204,11 @@ type endpoints struct {
 	Admin       string // loadshed admin address
 	Backend     string // backend data address
 	BackendAdm  string // backend admin address
-	UpstreamURL string // http://Backend
+	BackendGRPC string // backend gRPC address (gRPC stacks only)
+	UpstreamURL string // http://Backend, or http://BackendGRPC in a gRPC stack
+	// Sidecar and SidecarAdmin are free addresses for a second process a target starts next to
+	// itself (EnvoySetup.Sidecar).
+	Sidecar, SidecarAdmin string
 }
 
 // launch is how to start a target and reach it.
@@ -144,6 +218,9 @@ type launch struct {
 	// URL is what k6 loads; ReadyURL, when set, must answer 200 before the point starts.
 	URL      string
 	ReadyURL string
+	// Sidecar, when set, is started first, on the same CPU, and must be ready before the target
+	// starts; its CPU and memory count as the target's.
+	Sidecar *launch
 }
 
 // prepare writes the target's config files into dir and returns how to start it; a nil
@@ -176,10 +253,32 @@ func (t Target) prepare(dir string, bins Binaries, l Limits, ep endpoints) (laun
 			URL: "http://" + ep.Listen + "/"}, nil
 	case KindHAProxy:
 		path := filepath.Join(dir, "haproxy.cfg")
-		if err := os.WriteFile(path, []byte(haproxyConfig(l, ep)), 0o644); err != nil {
+		text := haproxyConfig(l, ep)
+		if t.haproxyPlain {
+			text = haproxyPlainConfig(ep)
+		}
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 			return launch{}, err
 		}
 		return launch{Path: bins.HAProxy, Args: []string{"-f", path, "-db"}, URL: "http://" + ep.Listen + "/"}, nil
+	case KindEnvoy:
+		text, err := envoyConfig(t.envoy, l, ep)
+		if err != nil {
+			return launch{}, err
+		}
+		path := filepath.Join(dir, "envoy.yaml")
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			return launch{}, err
+		}
+		lch := launch{Path: bins.Envoy, Args: envoyArgs(path), URL: "http://" + ep.Listen + "/", ReadyURL: "http://" + ep.Admin + "/ready"}
+		if t.envoy.Sidecar != nil {
+			sc, err := t.envoy.Sidecar(dir, bins, l, ep)
+			if err != nil {
+				return launch{}, err
+			}
+			lch.Sidecar = &sc
+		}
+		return lch, nil
 	}
 	return launch{}, fmt.Errorf("target %s: unknown kind %q", t.Name, t.Kind)
 }
@@ -192,9 +291,11 @@ func loadshedConfig(s *Strategy, l Limits, ep endpoints) string {
 	return b.String()
 }
 
-func nginxConfig(location string, l Limits, dir string, ep endpoints) string {
+// nginxHead is the start of every generated nginx config, up to inside the http block: one
+// worker in the foreground, files under dir, no access log, long keep-alive.
+func nginxHead(comment, dir string) string {
 	tmp := filepath.Join(dir, "tmp")
-	return fmt.Sprintf(`# generated by bench: one worker, loopback only
+	return fmt.Sprintf(`# generated by bench: %[3]s
 worker_processes 1;
 daemon off;
 pid %[1]s/nginx.pid;
@@ -210,19 +311,23 @@ http {
   scgi_temp_path %[2]s/scgi;
   keepalive_timeout 120s;
   keepalive_requests 1000000;
-  limit_conn_zone $server_name zone=conns:1m;
-  limit_req_zone $server_name zone=rate:1m rate=%[3]dr/s;
+`, dir, tmp, comment)
+}
+
+func nginxConfig(location string, l Limits, dir string, ep endpoints) string {
+	return nginxHead("one worker, loopback only", dir) + fmt.Sprintf(`  limit_conn_zone $server_name zone=conns:1m;
+  limit_req_zone $server_name zone=rate:1m rate=%[1]dr/s;
   upstream backend {
-    server %[4]s;
+    server %[2]s;
     keepalive 256;
   }
   server {
-    listen %[5]s;
+    listen %[3]s;
     # limit_conn_zone / limit_req_zone key on $server_name: it must not be empty (empty keys
     # are not limited).
     server_name bench;
     location / {
-      %[6]s
+      %[4]s
       proxy_pass http://backend;
       proxy_http_version 1.1;
       proxy_set_header Connection "";
@@ -230,10 +335,17 @@ http {
     }
   }
 }
-`, dir, tmp, int(l.CapacityRPS), ep.Backend, ep.Listen, location)
+`, int(l.CapacityRPS), ep.Backend, ep.Listen, location)
 }
 
 func haproxyConfig(l Limits, ep endpoints) string {
+	return haproxyWith(ep, fmt.Sprintf("  timeout queue %dms\n", l.MaxWait.Milliseconds()), fmt.Sprintf(" maxconn %d maxqueue %d", l.InFlight, l.Queue))
+}
+
+// haproxyPlainConfig forwards with no limit: what HAProxy itself costs.
+func haproxyPlainConfig(ep endpoints) string { return haproxyWith(ep, "", "") }
+
+func haproxyWith(ep endpoints, backendLines, serverOpts string) string {
 	return fmt.Sprintf(`# generated by bench: one thread, loopback only
 global
   nbthread 1
@@ -247,8 +359,7 @@ frontend fe
   bind %s
   default_backend be
 backend be
-  timeout queue %dms
-  http-reuse always
-  server backend %s maxconn %d maxqueue %d
-`, ep.Listen, l.MaxWait.Milliseconds(), ep.Backend, l.InFlight, l.Queue)
+%s  http-reuse always
+  server backend %s%s
+`, ep.Listen, backendLines, ep.Backend, serverOpts)
 }

@@ -19,8 +19,13 @@ const Schema = "loadshed.k6summary/v1"
 // Summary is one k6 run. Latencies are in milliseconds, rates in requests per second.
 type Summary struct {
 	Schema string `json:"schema"`
-	// Script is the script that ran: smoke, overload, spike, capacity-drop or retry-storm.
-	Script    string `json:"script"`
+	// Script is the script that ran: smoke, overload, spike, capacity-drop, retry-storm or
+	// grpc-overload.
+	Script string `json:"script"`
+	// Protocol is "grpc" for a script of gRPC calls, empty for HTTP. In a gRPC run OK counts
+	// grpc-status OK, Shed counts loadshed's refusals (split in ShedByGRPCStatus, ShedByStatus
+	// stays empty) and Pushback takes the place of RetryAfter (which stays 0, its coverage nil).
+	Protocol  string `json:"protocol,omitempty"`
 	TargetURL string `json:"target_url"`
 	// CapacityRPS and SLOMs are the numbers the run was judged by (CAPACITY_RPS, SLO_MS).
 	CapacityRPS     float64 `json:"capacity_rps"`
@@ -55,6 +60,14 @@ type Summary struct {
 	// of Shed, nil when nothing was shed.
 	RetryAfter         int64    `json:"retry_after"`
 	RetryAfterCoverage *float64 `json:"retry_after_coverage"`
+	// gRPC runs: ShedByGRPCStatus splits the refusals by grpc-status name ("UNAVAILABLE", ...);
+	// Pushback counts those carrying a valid grpc-retry-pushback-ms, PushbackCoverage is its
+	// share of Shed (nil when nothing was shed); TrailersOnly counts refusals that came as
+	// trailers-only responses.
+	ShedByGRPCStatus map[string]int64 `json:"shed_by_grpc_status,omitempty"`
+	Pushback         int64            `json:"pushback,omitempty"`
+	PushbackCoverage *float64         `json:"pushback_coverage,omitempty"`
+	TrailersOnly     int64            `json:"trailers_only,omitempty"`
 	// Timeouts are client timeouts; Unexpected is anything that is neither 2xx, 429, 503 nor a
 	// client timeout (connection errors, 5xx other than 503, ...).
 	Timeouts   int64 `json:"timeouts"`

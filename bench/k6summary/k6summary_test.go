@@ -98,3 +98,29 @@ func TestValue(t *testing.T) {
 		t.Fatal("Value: want *p, NaN for nil")
 	}
 }
+
+func TestReadGRPCOverload(t *testing.T) {
+	// grpc-overload.js at 2x through loadshed/inflight (bench --k6-smoke).
+	s, err := Read("testdata/grpc-overload-valid.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Usable(); err != nil {
+		t.Fatalf("Usable: %v", err)
+	}
+	if s.Script != "grpc-overload" || s.Protocol != "grpc" {
+		t.Fatalf("script %q protocol %q", s.Script, s.Protocol)
+	}
+	if s.Shed == 0 || s.ShedByGRPCStatus["UNAVAILABLE"] != s.Shed || len(s.ShedByStatus) != 0 {
+		t.Fatalf("shed %d by grpc-status %v by HTTP status %v", s.Shed, s.ShedByGRPCStatus, s.ShedByStatus)
+	}
+	if s.Pushback != s.Shed || s.PushbackCoverage == nil || *s.PushbackCoverage != 1 || s.TrailersOnly != s.Shed {
+		t.Fatalf("pushback %d (coverage %v), trailers-only %d of %d refusals", s.Pushback, s.PushbackCoverage, s.TrailersOnly, s.Shed)
+	}
+	if s.RetryAfter != 0 || s.RetryAfterCoverage != nil {
+		t.Fatalf("retry_after %d coverage %v in a gRPC run", s.RetryAfter, s.RetryAfterCoverage)
+	}
+	if got := s.Goodput + s.Slow + s.Shed + s.Timeouts + s.Unexpected; got != s.Requests {
+		t.Fatalf("outcomes add up to %d, requests %d", got, s.Requests)
+	}
+}

@@ -39,6 +39,7 @@ Flags:
 		fs.PrintDefaults()
 	}
 	listen := fs.String("listen", ":8080", "data `address`")
+	grpcListen := fs.String("grpc-listen", "", "gRPC `address` (h2c): loadshed.backend.v1.Backend/Work on the same workers, plus health and reflection; off when empty")
 	adminListen := fs.String("admin-listen", "", "admin `address` (GET/POST /admin/config, /metrics, /healthz); a TEST TOOL that changes behaviour at run time; off when empty")
 	cfg := def
 	fs.IntVar(&cfg.Workers, "workers", def.Workers, "requests served at once; more wait inside, FIFO, without bound")
@@ -111,7 +112,19 @@ Flags:
 			return fmt.Errorf("--admin-listen: %w", err)
 		}
 	}
+	if *grpcListen != "" {
+		if sc.GRPC, err = net.Listen("tcp", *grpcListen); err != nil {
+			data.Close()
+			if sc.Admin != nil {
+				sc.Admin.Close()
+			}
+			return fmt.Errorf("--grpc-listen: %w", err)
+		}
+	}
 	fmt.Fprintf(stdout, "backend: data on %s\n", data.Addr())
+	if sc.GRPC != nil {
+		fmt.Fprintf(stdout, "backend: grpc on %s (h2c)\n", sc.GRPC.Addr())
+	}
 	if sc.Admin != nil {
 		fmt.Fprintf(stdout, "backend: admin on %s (test tool)\n", sc.Admin.Addr())
 	}

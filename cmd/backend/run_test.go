@@ -15,6 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/loadshed/loadshed/internal/backend/backendpb"
 	"github.com/loadshed/loadshed/internal/cli"
 )
 
@@ -186,5 +191,66 @@ func TestServeAndShutdown(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "shutting down") {
 		t.Errorf("stderr lacks the shutdown note: %q", stderr.String())
+	}
+}
+
+func TestGRPCPort(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stdout, stderr syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{
+			"--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0",
+			"--workers", "2", "--mean", "1ms", "--stddev", "0s", "--tail-prob", "0",
+		}, &stdout, &stderr)
+	}()
+	re := regexp.MustCompile(`backend: grpc on (\S+) \(h2c\)\n`)
+	var m []string
+	deadline := time.Now().Add(10 * time.Second)
+	for m = re.FindStringSubmatch(stdout.String()); m == nil; m = re.FindStringSubmatch(stdout.String()) {
+		select {
+		case err := <-done:
+			t.Fatalf("run returned early: %v\n%s", err, stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no gRPC listening line; stdout %q stderr %q", stdout.String(), stderr.String())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	conn, err := grpc.NewClient(m[1], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
+	defer ccancel()
+	reply, err := backendpb.NewBackendClient(conn).Work(cctx, &backendpb.WorkRequest{})
+	// Real time: the worker is held at least the configured 1ms.
+	if err != nil || reply.GetServiceMicros() < 1000 {
+		t.Fatalf("Work: %v, %v", reply, err)
+	}
+	if res, err := healthpb.NewHealthClient(conn).Check(cctx, &healthpb.HealthCheckRequest{}); err != nil || res.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health: %v %v", res, err)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run after cancel = %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("run did not return after cancel")
+	}
+
+	// A busy gRPC port is a run-time failure naming the flag.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if _, errOut, code := runArgs("--listen", "127.0.0.1:0", "--grpc-listen", l.Addr().String()); code != 1 || !strings.Contains(errOut, "--grpc-listen") {
+		t.Fatalf("busy gRPC port: exit %d, %q", code, errOut)
 	}
 }

@@ -5,6 +5,11 @@
 //
 //	go run ./cmd/demo [--workers 8] [--service 20ms] [--slo 100ms] [--duration 5s]
 //	                  [--loads 0.5,2,5] [--strategies none,inflight,adaptive,adaptive/vegas,...]
+//	go run ./cmd/demo --grpc [...]
+//
+// With --grpc the load is gRPC calls of the backend's loadshed.backend.v1.Backend/Work over h2c,
+// through the proxy to the backend's gRPC port: goodput counts OK calls within the SLO, and the
+// shed share counts the proxy's trailers-only refusals.
 package main
 
 import (
@@ -36,6 +41,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	warmup := fs.Duration("warmup", time.Second, "load offered before each measurement, left out of the figures")
 	loads := fs.String("loads", "0.5,2,5", "offered loads, as multiples of the backend's capacity")
 	strategies := fs.String("strategies", strings.Join(live.StrategyOrder, ","), "strategies to show")
+	useGRPC := fs.Bool("grpc", false, "offer gRPC calls (Backend/Work over h2c) instead of HTTP requests")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
@@ -70,6 +76,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return cli.Usagef("--strategies: %s: %v", n, err)
 		}
 	}
+	var grpcLoad *loadgen.GRPC
+	if *useGRPC {
+		grpcLoad = &loadgen.GRPC{}
+		fmt.Fprintf(stdout, "gRPC calls of %s over h2c, through the proxy to the backend's gRPC port\n", loadgen.WorkMethod)
+	}
 	fmt.Fprintf(stdout, "backend: %d workers x %s = capacity %.0f rps; SLO %s; client timeout %s; each run: %s warm-up, then %s measured\n\n",
 		*workers, *service, capacity.RPS(), *slo, *timeout, *warmup, *duration)
 	var rows []loadgen.Row
@@ -79,12 +90,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				return ctx.Err()
 			}
 			// A fresh backend and proxy per run: no run inherits another's backlog or limit.
-			env, err := live.Start(live.Setup{Workers: *workers, Service: live.Constant(*service), Admission: policies[name]})
+			env, err := live.Start(live.Setup{Workers: *workers, Service: live.Constant(*service), Admission: policies[name], GRPC: *useGRPC})
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(stderr, "running %s at %gx ...\n", name, m)
-			res, err := env.Run(ctx, live.Load{Rate: m * capacity.RPS(), Duration: *duration, Warmup: *warmup, Timeout: *timeout, SLO: *slo})
+			res, err := env.Run(ctx, live.Load{Rate: m * capacity.RPS(), Duration: *duration, Warmup: *warmup, Timeout: *timeout, SLO: *slo, GRPC: grpcLoad})
 			env.Close()
 			if err != nil {
 				return fmt.Errorf("%s at %gx: %w", name, m, err)

@@ -26,6 +26,7 @@ Commands:
   sweep         run strategies at offered loads from 0.25x to 10x of capacity
   compare       run a scenario in the lab and live, side by side (calibrating the hop first)
   calibrate     measure the hop through the live proxy, unloaded and at capacity
+  quota         predict what a per-client quota gives a client at given replica counts
   trace         write the arrivals of a workload as a trace file
   help          show this text
 
@@ -55,6 +56,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runCompare(ctx, rest, stdout, stderr)
 	case "calibrate":
 		return runCalibrate(ctx, rest, stdout, stderr)
+	case "quota":
+		return runQuota(rest, stdout, stderr)
 	case "trace":
 		return runTrace(rest, stdout, stderr)
 	default:

@@ -1,8 +1,13 @@
-// Command loadgen sends an open-model HTTP load to a target and reports goodput, refusals,
-// latency and late starts (see package internal/loadgen).
+// Command loadgen sends an open-model HTTP load (or gRPC calls) to a target and reports
+// goodput, refusals, latency and late starts (see package internal/loadgen).
 //
 //	loadgen --target http://127.0.0.1:8000 --rate 800 --duration 8s --timeout 1s --slo 100ms [--json]
 //	loadgen --target URL --phases 200:10s,2000:30s,200:20s --poisson-seed 1 --capacity 400
+//	loadgen --grpc --target 127.0.0.1:8000 --rate 500 --duration 8s --capacity 100
+//
+// With --grpc every request is a unary call of loadshed.backend.v1.Backend/Work (the synthetic
+// backend's gRPC method) over h2c, and refusals are counted by grpc-status with their
+// grpc-retry-pushback-ms coverage.
 //
 // It exits with status 1 when the run is invalid (too many late starts) or cannot start, and 2
 // on bad flags.
@@ -17,7 +22,10 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 
+	"github.com/loadshed/loadshed/internal/backend"
+	"github.com/loadshed/loadshed/internal/backend/backendpb"
 	"github.com/loadshed/loadshed/internal/cli"
 	"github.com/loadshed/loadshed/internal/loadgen"
 	"github.com/loadshed/loadshed/internal/version"
@@ -59,6 +67,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		maxInFlight = fs.Int("max-inflight", 0, "cap on requests in flight (default: peak rate x timeout + margin)")
 		lateTol     = fs.Duration("late-tolerance", loadgen.DefaultLateTolerance, "a request starting later than this after its scheduled time is a late start")
 		capacity    = fs.Float64("capacity", 0, "capacity of the system under test in rps, for the goodput/C column")
+		useGRPC     = fs.Bool("grpc", false, "send gRPC calls of "+loadgen.WorkMethod+" over h2c instead of HTTP requests; --target is host:port or http://host:port")
+		grpcConns   = fs.Int("grpc-conns", 0, "with --grpc: HTTP/2 connections to spread the calls over (default: one per 100 calls in flight)")
+		grpcSleep   = fs.Duration("grpc-sleep", 0, "with --grpc: ask the backend for this service time instead of a sampled one")
+		grpcCode    = fs.Int("grpc-code", 0, "with --grpc: ask the backend to answer with this gRPC status code (0 = OK)")
+		grpcReply   = fs.Int("grpc-reply-bytes", 0, "with --grpc: ask the backend for a reply payload of this many bytes")
 		asJSON      = fs.Bool("json", false, "print the full result as JSON")
 		showVersion = fs.Bool("version", false, "print the version and exit")
 	)
@@ -76,6 +89,37 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if fs.NArg() > 0 {
 		return usageError{Err: fmt.Errorf("unexpected arguments %q", fs.Args())}
+	}
+
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var grpcCfg *loadgen.GRPC
+	if *useGRPC {
+		if set["method"] {
+			return usageError{Err: errors.New("--method: not used with --grpc (every call is " + loadgen.WorkMethod + ")")}
+		}
+		*method = ""
+		work := &backendpb.WorkRequest{Code: int32(*grpcCode), ReplyBytes: int32(*grpcReply)}
+		if *grpcCode < 0 || *grpcCode > 16 {
+			return usageError{Err: fmt.Errorf("--grpc-code: must be a gRPC status code in [0, 16], got %d", *grpcCode)}
+		}
+		if *grpcReply < 0 || *grpcReply > backend.MaxReplyBytes {
+			return usageError{Err: fmt.Errorf("--grpc-reply-bytes: must be in [0, %d], got %d", backend.MaxReplyBytes, *grpcReply)}
+		}
+		if set["grpc-sleep"] {
+			if *grpcSleep < 0 || *grpcSleep > time.Hour {
+				return usageError{Err: fmt.Errorf("--grpc-sleep: must be in [0, 1h], got %s", *grpcSleep)}
+			}
+			us := grpcSleep.Microseconds()
+			work.SleepMicros = &us
+		}
+		grpcCfg = &loadgen.GRPC{Work: work, Conns: *grpcConns}
+	} else {
+		for _, name := range []string{"grpc-conns", "grpc-sleep", "grpc-code", "grpc-reply-bytes"} {
+			if set[name] {
+				return usageError{Err: fmt.Errorf("--%s: only with --grpc", name)}
+			}
+		}
 	}
 
 	var sched loadgen.Schedule
@@ -119,6 +163,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Prepare:       prepare,
 		MaxInFlight:   *maxInFlight,
 		LateTolerance: *lateTol,
+		GRPC:          grpcCfg,
 	}
 	if *timeout <= 0 {
 		return usageError{Err: fmt.Errorf("--timeout: must be > 0, got %s", *timeout)}
@@ -138,6 +183,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	} else {
 		name := fmt.Sprintf("%s %s", *method, *target)
+		if *useGRPC {
+			name = "gRPC " + *target
+		}
 		if werr := loadgen.WriteTable(stdout, *capacity, []loadgen.Row{{Name: name, Result: res}}); werr != nil {
 			return werr
 		}

@@ -5,13 +5,17 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/loadshed/loadshed/internal/backend"
 	"github.com/loadshed/loadshed/internal/loadgen"
+	"github.com/loadshed/loadshed/internal/slowtail"
 )
 
 func TestRunPrintsJSON(t *testing.T) {
@@ -118,5 +122,92 @@ func TestRunRejectsBadFlags(t *testing.T) {
 	out.Reset()
 	if err := run(context.Background(), []string{"--version"}, &out, &out); err != nil || !strings.HasPrefix(out.String(), "loadgen ") {
 		t.Errorf("--version: %v %q", err, out.String())
+	}
+}
+
+// startGRPCBackend serves the synthetic backend's gRPC port on loopback: w workers, each call
+// holding one for d.
+func startGRPCBackend(t *testing.T, w int, d time.Duration) string {
+	t.Helper()
+	be, err := backend.New(backend.Config{Workers: w, Service: slowtail.Constant(d), Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	listen := func() net.Listener {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	data, grpcPort := listen(), listen()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- be.Serve(ctx, backend.ServeConfig{Data: data, GRPC: grpcPort, ShutdownTimeout: time.Second})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("backend: %v", err)
+		}
+	})
+	return grpcPort.Addr().String()
+}
+
+func TestRunGRPCAgainstTheBackend(t *testing.T) {
+	addr := startGRPCBackend(t, 4, time.Millisecond)
+	var out, errOut strings.Builder
+	err := run(context.Background(), []string{
+		"--grpc", "--target", addr, "--rate", "100", "--duration", "300ms", "--timeout", "1s",
+		"--priority-mix", "critical=1,sheddable=1", "--late-tolerance", "250ms", "--json",
+	}, &out, &errOut)
+	if err != nil {
+		t.Fatalf("run: %v (stderr %q)", err, errOut.String())
+	}
+	var r loadgen.Result
+	if err := json.Unmarshal([]byte(out.String()), &r); err != nil {
+		t.Fatalf("output is not a result: %v\n%s", err, out.String())
+	}
+	if r.Protocol != "grpc" || r.Offered != 30 || r.Codes[0] != 30 || r.Success != 30 || r.Shed != 0 || len(r.Tags) != 2 {
+		t.Fatalf("protocol %q offered %d codes %v success %d shed %d tags %d; want grpc, 30 OK calls in two tags",
+			r.Protocol, r.Offered, r.Codes, r.Success, r.Shed, len(r.Tags))
+	}
+
+	// The backend answers with the code asked for: an upstream error, not a refusal.
+	out.Reset()
+	err = run(context.Background(), []string{
+		"--grpc", "--target", "http://" + addr, "--rate", "50", "--duration", "200ms", "--grpc-code", "14",
+		"--grpc-sleep", "2ms", "--late-tolerance", "250ms", "--capacity", "4000",
+	}, &out, &out)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	for _, want := range []string{"gRPC http://" + addr, "grpc-status: UNAVAILABLE=10\n", "shed 0 (0.0% of offered):;", "run valid"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestRunRejectsBadGRPCFlags(t *testing.T) {
+	base := []string{"--target", "127.0.0.1:1", "--rate", "1", "--duration", "1s"}
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--grpc", "--method", "POST"}, "--method: not used with --grpc"},
+		{[]string{"--grpc", "--grpc-code", "17"}, "--grpc-code: must be a gRPC status code in [0, 16]"},
+		{[]string{"--grpc", "--grpc-reply-bytes", "-1"}, "--grpc-reply-bytes"},
+		{[]string{"--grpc", "--grpc-sleep", "2h"}, "--grpc-sleep"},
+		{[]string{"--grpc", "--grpc-conns", "65"}, "GRPC.Conns"},
+		{[]string{"--grpc-conns", "2"}, "--grpc-conns: only with --grpc"},
+		{[]string{"--grpc-code", "3"}, "--grpc-code: only with --grpc"},
+	} {
+		var out strings.Builder
+		err := run(context.Background(), append(append([]string{}, base...), tt.args...), &out, &out)
+		if !errors.As(err, new(usageError)) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("run(%q) = %v, want a usage error with %q", tt.args, err, tt.want)
+		}
 	}
 }

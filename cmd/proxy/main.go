@@ -1,9 +1,12 @@
 // Command proxy is the loadshed sidecar: a reverse proxy that admits, queues or refuses each
-// request before it reaches the service behind it.
+// request before it reaches the service behind it, and, with extProc.listen, Envoy's external
+// processor deciding the same for an Envoy in the pod.
 //
 //	proxy --config FILE [--listen ADDR] [--upstream URL] [--admin-listen ADDR] [--log-level LEVEL]
 //	proxy --check-config FILE
 //	proxy --version
+//
+// POD_NAME, when set, names this replica among those that share a quota store (clients.store).
 package main
 
 import (
@@ -12,10 +15,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"runtime/debug"
+	"strconv"
 
 	"github.com/loadshed/loadshed/internal/cli"
 	"github.com/loadshed/loadshed/internal/config"
+	"github.com/loadshed/loadshed/internal/extproc"
+	"github.com/loadshed/loadshed/internal/gate"
 	"github.com/loadshed/loadshed/internal/proxy"
+	"github.com/loadshed/loadshed/internal/quota"
 	"github.com/loadshed/loadshed/internal/version"
 )
 
@@ -66,13 +75,45 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if err := memoryLimit(os.Getenv, log); err != nil {
+		return err
+	}
+	quota.SetClientLogger(log)
 	srv, err := proxy.New(cfg, proxy.Options{Logger: log, ConfigPath: *configPath, Overrides: overrides(*listen, *upstream, *adminListen),
-		MaxConfigBytes: *maxConfig})
+		MaxConfigBytes: *maxConfig, Doors: []gate.OpenDoor{extproc.Open},
+		ReplicaID: os.Getenv(podNameEnv)})
 	if err != nil {
 		return err
 	}
 	return srv.Serve(ctx)
 }
+
+// memoryLimitEnv carries the container's memory limit in bytes (the chart sets it from the
+// pod's resources); the proxy makes 90% of it the Go runtime's soft memory limit, unless
+// GOMEMLIMIT says otherwise.
+const memoryLimitEnv = "LOADSHED_MEMORY_LIMIT"
+
+// memoryLimit applies the container's memory limit to the Go runtime: the collector then works
+// harder as the heap nears the limit instead of the container being killed.
+func memoryLimit(getenv func(string) string, log *slog.Logger) error {
+	v := getenv(memoryLimitEnv)
+	if v == "" || getenv("GOMEMLIMIT") != "" {
+		return nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n <= 0 {
+		return fmt.Errorf("%s: want the container's memory limit in bytes, got %q", memoryLimitEnv, v)
+	}
+	limit := n / 10 * 9
+	debug.SetMemoryLimit(limit)
+	log.Info("go runtime memory limit", "bytes", limit, "container_limit", n)
+	return nil
+}
+
+// podNameEnv names the environment variable holding the pod's name (the chart sets it from the
+// downward API): the replica's name among those sharing a quota store. Unset, the replica is
+// named by its host name and a random suffix.
+const podNameEnv = "POD_NAME"
 
 func overrides(listen, upstream, admin string) func(*config.Config) {
 	return func(c *config.Config) {

@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
 
@@ -70,5 +73,32 @@ func TestConfigFileSizeIsCapped(t *testing.T) {
 	}
 	if err := run(context.Background(), []string{"--check-config", path}, &out, &out); err != nil {
 		t.Fatalf("the same file under the default cap: %v", err)
+	}
+}
+
+// TestMemoryLimitFromTheContainer: 90% of the container's limit becomes the Go runtime's,
+// unless GOMEMLIMIT is set; a malformed value names the variable.
+func TestMemoryLimitFromTheContainer(t *testing.T) {
+	prev := debug.SetMemoryLimit(-1)
+	defer debug.SetMemoryLimit(prev)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	env := func(kv map[string]string) func(string) string { return func(k string) string { return kv[k] } }
+
+	if err := memoryLimit(env(map[string]string{memoryLimitEnv: "134217728"}), log); err != nil {
+		t.Fatal(err)
+	}
+	if got := debug.SetMemoryLimit(-1); got != 134217728/10*9 {
+		t.Fatalf("limit %d, want 90%% of 128 MiB", got)
+	}
+	debug.SetMemoryLimit(prev)
+	if err := memoryLimit(env(map[string]string{memoryLimitEnv: "134217728", "GOMEMLIMIT": "64MiB"}), log); err != nil {
+		t.Fatal(err)
+	}
+	if got := debug.SetMemoryLimit(-1); got != prev {
+		t.Fatalf("limit %d changed though GOMEMLIMIT is set", got)
+	}
+	err := memoryLimit(env(map[string]string{memoryLimitEnv: "128Mi"}), log)
+	if err == nil || !strings.Contains(err.Error(), memoryLimitEnv) {
+		t.Fatalf("err %v, want one naming %s", err, memoryLimitEnv)
 	}
 }

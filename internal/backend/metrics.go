@@ -9,17 +9,24 @@ var latencyBuckets = []float64{
 }
 
 type metrics struct {
-	requests *prometheus.CounterVec
-	service  prometheus.Histogram
-	wait     prometheus.Histogram
+	requests  *prometheus.CounterVec
+	grpcCalls *prometheus.CounterVec
+	service   prometheus.Histogram
+	wait      prometheus.Histogram
 }
 
-// register creates the backend_* metrics on r. The gauges read the pool when scraped.
+// register creates the backend_* metrics on r. The gauges read the pool when scraped. gRPC calls
+// share the pool with HTTP requests, so the gauges and the wait and service histograms count
+// both ("requests" in their help texts); answers are counted by protocol.
 func (m *metrics) register(r prometheus.Registerer, p *pool) error {
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "backend_requests_total",
 		Help: "Requests answered by the backend, by HTTP status code.",
 	}, []string{"code"})
+	m.grpcCalls = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "backend_grpc_requests_total",
+		Help: "gRPC calls answered by the backend's gRPC port, by gRPC status code.",
+	}, []string{"grpc_code"})
 	m.service = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "backend_service_seconds",
 		Help:    "Time a request held a worker (its service time).",
@@ -35,7 +42,7 @@ func (m *metrics) register(r prometheus.Registerer, p *pool) error {
 			func() float64 { return float64(f(p.stats())) })
 	}
 	for _, c := range []prometheus.Collector{
-		m.requests, m.service, m.wait,
+		m.requests, m.grpcCalls, m.service, m.wait,
 		gauge("backend_inflight", "Requests holding a worker (busy workers).", func(s Stats) int { return s.Busy }),
 		gauge("backend_queue_depth", "Requests waiting inside the backend for a worker.", func(s Stats) int { return s.Waiting }),
 		gauge("backend_workers", "Configured worker count.", func(s Stats) int { return s.Workers }),

@@ -33,6 +33,10 @@ type ServeConfig struct {
 	Data net.Listener
 	// Admin is the listener of the admin port (a test tool); nil serves no admin endpoint.
 	Admin net.Listener
+	// GRPC is the listener of the gRPC port (h2c: cleartext HTTP/2 with prior knowledge);
+	// nil serves no gRPC. It serves loadshed.backend.v1.Backend on the same workers as the
+	// data port, the standard health service and server reflection.
+	GRPC net.Listener
 	// ShutdownTimeout bounds the graceful shutdown; 0 means DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
 	// Logger receives server errors and shutdown notes; nil discards them.
@@ -51,9 +55,10 @@ func (c ServeConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Serve serves the data port (and the admin port, if given) until ctx ends, then shuts down
-// gracefully: it stops accepting, lets running and waiting requests finish for up to
-// ShutdownTimeout, then closes the Server (what is left answers 503) and the connections.
+// Serve serves the data port (and the admin and gRPC ports, if given) until ctx ends, then
+// shuts down gracefully: it stops accepting, lets running and waiting requests and calls finish
+// for up to ShutdownTimeout, then closes the Server (what is left answers 503, or UNAVAILABLE)
+// and the connections.
 // It closes the listeners. It returns nil after a shutdown caused by ctx, or the first serving
 // error.
 func (s *Server) Serve(ctx context.Context, c ServeConfig) error {
@@ -89,9 +94,19 @@ func (s *Server) Serve(ctx context.Context, c ServeConfig) error {
 		})
 		listeners = append(listeners, c.Admin)
 	}
-	errc := make(chan error, len(servers))
+	errc := make(chan error, len(servers)+1)
 	for i, srv := range servers {
 		go func() { errc <- srv.Serve(listeners[i]) }()
+	}
+	var gs *grpcServer
+	if c.GRPC != nil {
+		gs = s.newGRPCServer()
+		go func() {
+			// Serve returns nil once stopped; an error of its own means the port is lost.
+			if err := gs.srv.Serve(c.GRPC); err != nil {
+				errc <- fmt.Errorf("gRPC port: %w", err)
+			}
+		}()
 	}
 
 	var serveErr error
@@ -102,15 +117,39 @@ func (s *Server) Serve(ctx context.Context, c ServeConfig) error {
 	}
 
 	log.Info("shutting down", "timeout", c.ShutdownTimeout, "busy", s.Stats().Busy, "waiting", s.Stats().Waiting)
-	// The data port drains first; the admin port (metrics, healthz) stays up meanwhile.
+	// The data and gRPC ports drain first; the admin port (metrics, healthz) stays up meanwhile.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.ShutdownTimeout)
 	defer cancel()
-	if err := servers[0].Shutdown(sctx); err != nil {
+	grpcDone := make(chan struct{})
+	if gs != nil {
+		gs.health.Shutdown() // NOT_SERVING from now on, for clients that watch
+		go func() { gs.srv.GracefulStop(); close(grpcDone) }()
+	} else {
+		close(grpcDone)
+	}
+	err := servers[0].Shutdown(sctx)
+	if err == nil {
+		select {
+		case <-grpcDone:
+		case <-sctx.Done():
+			err = sctx.Err()
+		}
+	}
+	if err != nil {
 		st := s.Stats()
 		log.Warn("shutdown timeout reached; aborting what is left", "busy", st.Busy, "waiting", st.Waiting)
-		// Aborted requests answer 503 at once; give them a moment to get it out, then cut.
+		// Aborted requests answer 503 (calls UNAVAILABLE) at once; give them a moment to get it
+		// out, then cut.
 		s.Close()
 		shutdownOrClose(ctx, servers[0])
+		if gs != nil {
+			select {
+			case <-grpcDone:
+			case <-time.After(abortGrace):
+				gs.srv.Stop()
+				<-grpcDone
+			}
+		}
 	}
 	for _, srv := range servers[1:] {
 		shutdownOrClose(ctx, srv)

@@ -24,6 +24,17 @@
 // worker) and X-Backend-Service (time spent holding it), as Go durations; /stream, whose headers
 // go out before its service, carries only X-Backend-Wait.
 //
+// # gRPC port
+//
+// ServeConfig.GRPC serves, on cleartext HTTP/2 with prior knowledge (h2c), the unary method
+// loadshed.backend.v1.Backend/Work (internal/backend/backendpb/backend.proto), the standard
+// gRPC health service and server reflection. A Work call takes a worker from the same pool
+// as an HTTP request, for one service time from the same sampler, and answers its WorkRequest
+// like the query parameters above: sleep_micros for ?sleep, code (a gRPC status code) for
+// ?status, reply_bytes for ?bytes. An invalid field gets INVALID_ARGUMENT at once, naming the
+// field, without taking a worker. The trailers x-backend-wait and x-backend-service carry the
+// two times, the reply the same in microseconds; calls are counted by backend_grpc_requests_total.
+//
 // # Admin port (a TEST TOOL: it changes behaviour at run time)
 //
 // AdminHandler serves GET /admin/config, POST /admin/config (a partial JSON object of the same
@@ -253,17 +264,11 @@ func (s *Server) serveData(w http.ResponseWriter, r *http.Request) {
 	// request is answered either way.
 	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, MaxRequestBody))
 
-	// No context here on purpose: the naive service keeps a request whose client has gone.
-	arrived := s.clock.Now()
-	wt := s.pool.acquire()
-	<-wt.ready
-	if !wt.ok {
+	started, wait, ok := s.takeWorker()
+	if !ok {
 		s.reply(w, http.StatusServiceUnavailable, "backend closed\n")
 		return
 	}
-	started := s.clock.Now()
-	wait := started.Sub(arrived)
-	s.m.wait.Observe(wait.Seconds())
 	served := false
 	defer func() { s.pool.release(served) }()
 
@@ -271,16 +276,11 @@ func (s *Server) serveData(w http.ResponseWriter, r *http.Request) {
 		served = s.stream(w, p, wait, started)
 		return
 	}
-	d := p.sleep
-	if !p.hasSleep {
-		d = s.sample()
-	}
-	if !s.sleep(d) {
+	service, ok := s.serve(started, p.sleep, p.hasSleep)
+	if !ok {
 		s.reply(w, http.StatusServiceUnavailable, "backend closed\n")
 		return
 	}
-	service := s.clock.Now().Sub(started)
-	s.m.service.Observe(service.Seconds())
 	h := w.Header()
 	h.Set("X-Backend-Wait", wait.String())
 	h.Set("X-Backend-Service", service.String())
@@ -294,6 +294,37 @@ func (s *Server) serveData(w http.ResponseWriter, r *http.Request) {
 		s.reply(w, p.status, "ok\n")
 	}
 	served = true
+}
+
+// takeWorker waits, in FIFO order and without bound, for a free worker and returns when its
+// service started and how long it waited. ok is false when the Server closed first; otherwise
+// the caller holds a worker and must release it. There is no context on purpose: the naive
+// service keeps a request whose client has gone.
+func (s *Server) takeWorker() (started time.Time, wait time.Duration, ok bool) {
+	arrived := s.clock.Now()
+	wt := s.pool.acquire()
+	<-wt.ready
+	if !wt.ok {
+		return time.Time{}, 0, false
+	}
+	started = s.clock.Now()
+	wait = started.Sub(arrived)
+	s.m.wait.Observe(wait.Seconds())
+	return started, wait, true
+}
+
+// serve holds the worker taken at started for d (fixed) or a sampled service time, and returns
+// the service time. ok is false when the Server closed first.
+func (s *Server) serve(started time.Time, d time.Duration, fixed bool) (service time.Duration, ok bool) {
+	if !fixed {
+		d = s.sample()
+	}
+	if !s.sleep(d) {
+		return 0, false
+	}
+	service = s.clock.Now().Sub(started)
+	s.m.service.Observe(service.Seconds())
+	return service, true
 }
 
 // stream writes the events of /stream and reports whether it wrote them all.

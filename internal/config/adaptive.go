@@ -1,6 +1,8 @@
 package config
 
 import (
+	"time"
+
 	"github.com/loadshed/loadshed/pkg/admission"
 	"github.com/loadshed/loadshed/pkg/admission/limit"
 )
@@ -11,13 +13,16 @@ const DefaultAlgorithm = limit.NameGradient
 // Adaptive configures the latency-driven concurrency limit. Nothing about the backend's capacity
 // needs to be known: the algorithm finds the limit from latency samples.
 type Adaptive struct {
-	Algorithm    string        `yaml:"algorithm"`
-	InitialLimit float64       `yaml:"initialLimit"`
-	MinLimit     float64       `yaml:"minLimit"`
-	MaxLimit     float64       `yaml:"maxLimit"`
-	SlowStart    Duration      `yaml:"slowStart"`
-	Window       Duration      `yaml:"window"`
-	Queue        AdaptiveQueue `yaml:"queue"`
+	Algorithm    string   `yaml:"algorithm"`
+	InitialLimit float64  `yaml:"initialLimit"`
+	MinLimit     float64  `yaml:"minLimit"`
+	MaxLimit     float64  `yaml:"maxLimit"`
+	SlowStart    Duration `yaml:"slowStart"`
+	Window       Duration `yaml:"window"`
+	// Tolerance: a window whose median latency is at most this shows no overload, whatever its
+	// MinRTT (scheduling noise in front of a backend that answers in microseconds).
+	Tolerance Duration      `yaml:"tolerance"`
+	Queue     AdaptiveQueue `yaml:"queue"`
 
 	AIMD      limit.AIMD      `yaml:"aimd"`
 	Vegas     limit.Vegas     `yaml:"vegas"`
@@ -32,6 +37,11 @@ type AdaptiveQueue struct {
 	MaxWait Duration `yaml:"maxWait"`
 }
 
+// DefaultTolerance is the adaptive limit's default tolerance: latency below 2 ms is never read as
+// overload. A sidecar's own scheduling noise is of that order; a backend of a few milliseconds or
+// more is judged on its latency as before.
+const DefaultTolerance = 2 * time.Millisecond
+
 // DefaultAdaptive is the adaptive block's defaults: sized for a sidecar in front of a small
 // backend (a floor of 1, a warm start at 4 with a 10 s slow-start ramp).
 func DefaultAdaptive() Adaptive {
@@ -43,6 +53,7 @@ func DefaultAdaptive() Adaptive {
 		MaxLimit:     256,
 		SlowStart:    Duration(10e9),
 		Window:       Duration(100e6),
+		Tolerance:    Duration(DefaultTolerance),
 		Queue:        AdaptiveQueue{Depth: 0, MaxWait: Duration(50e6)},
 		AIMD:         p.AIMD, Vegas: p.Vegas, Gradient2: p.Gradient2, Gradient: p.Gradient, Greed: p.Greed,
 	}
@@ -60,7 +71,7 @@ func (a *Adaptive) params() limit.Params {
 func (a *Adaptive) core(algo limit.Algorithm, prio admission.PriorityConfig) admission.AdaptiveConfig {
 	return admission.AdaptiveConfig{
 		Algorithm: algo, InitialLimit: a.InitialLimit, MinLimit: a.MinLimit, MaxLimit: a.MaxLimit,
-		SlowStart: a.SlowStart.D(), Window: a.Window.D(),
+		SlowStart: a.SlowStart.D(), Window: a.Window.D(), Tolerance: a.Tolerance.D(),
 		QueueDepth: a.Queue.Depth, MaxWait: a.Queue.MaxWait.D(), Priorities: prio,
 	}
 }

@@ -61,6 +61,8 @@ type Config struct {
 	Clients *Clients `yaml:"clients"`
 	Routes  []Route  `yaml:"routes"`
 	Reload  Reload   `yaml:"reload"`
+	// ExtProc serves Envoy's external processor protocol beside (or instead of) the data port.
+	ExtProc ExtProc `yaml:"extProc"`
 }
 
 // Upstream protocols.
@@ -97,6 +99,7 @@ type GRPCCodes struct {
 	Deadline         int `yaml:"deadline"`
 	ClientLimited    int `yaml:"clientLimited"`
 	Denied           int `yaml:"denied"`
+	SidecarOverload  int `yaml:"sidecarOverload"`
 }
 
 func (c GRPCCodes) fields() []statusField {
@@ -153,6 +156,20 @@ type Server struct {
 	// HTTP2 bounds what one HTTP/2 connection may ask for; its header list is bounded by
 	// maxHeaderBytes and its idle time by idleTimeout, as for HTTP/1.1.
 	HTTP2 HTTP2 `yaml:"http2"`
+	// Saturation is how the sidecar tells its own CPU's overload from the upstream's.
+	Saturation Saturation `yaml:"saturation"`
+}
+
+// Saturation tunes the sidecar's watch on its own CPU (its delay per request, measured from the
+// Go runtime's scheduling latency, and the container's CPU throttling).
+type Saturation struct {
+	// Above: a delay of this or more (or a tenth of the CPU periods throttled) marks the sidecar
+	// saturated: reported, and taken off the adaptive limit's latency samples as always.
+	Above Duration `yaml:"above"`
+	// ShedAbove: while the delay stays above this, a growing share of new requests (never the
+	// critical_plus ones) is refused at once with 503, reason sidecar_overload, so that the sidecar
+	// does not collapse under overload beyond its own capacity. 0 never refuses.
+	ShedAbove Duration `yaml:"shedAbove"`
 }
 
 // HTTP2 are the data port's HTTP/2 limits.
@@ -171,6 +188,7 @@ type StatusCodes struct {
 	Deadline         int `yaml:"deadline"`
 	ClientLimited    int `yaml:"clientLimited"`
 	Denied           int `yaml:"denied"`
+	SidecarOverload  int `yaml:"sidecarOverload"`
 }
 
 // statusField is one entry of StatusCodes: the field's name in the file, the refusal reason it
@@ -192,6 +210,7 @@ func (c StatusCodes) fields() []statusField {
 		{"deadline", admission.ReasonDeadline, c.Deadline},
 		{"clientLimited", admission.ReasonClientLimited, c.ClientLimited},
 		{"denied", admission.ReasonDenied, c.Denied},
+		{"sidecarOverload", admission.ReasonSidecarOverload, c.SidecarOverload},
 	}
 }
 
@@ -217,7 +236,7 @@ func Default() Config {
 			// UNAVAILABLE (14) for what is busy, RESOURCE_EXHAUSTED (8) for a rate, DEADLINE_EXCEEDED
 			// (4) and PERMISSION_DENIED (7): gRPC clients retry UNAVAILABLE by policy.
 			StatusCodes: GRPCCodes{RateLimited: 8, QueueFull: 14, QueueTimeout: 14, ConcurrencyLimit: 14,
-				Draining: 14, Deadline: 4, ClientLimited: 8, Denied: 7},
+				Draining: 14, Deadline: 4, ClientLimited: 8, Denied: 7, SidecarOverload: 14},
 		},
 		Shutdown: Shutdown{
 			DrainDelay:  Duration(5 * time.Second),
@@ -236,14 +255,16 @@ func Default() Config {
 			WriteIdleTimeout:     Duration(10 * time.Second),
 			MaxConnections:       1024,
 			HTTP2:                HTTP2{MaxConcurrentStreams: 250},
+			Saturation:           Saturation{Above: Duration(time.Millisecond), ShedAbove: Duration(50 * time.Millisecond)},
 		},
 		StatusCodes: StatusCodes{
 			RateLimited: 429, QueueFull: 503, QueueTimeout: 503, ConcurrencyLimit: 503,
-			Draining: 503, Deadline: 503, ClientLimited: 429, Denied: 403,
+			Draining: 503, Deadline: 503, ClientLimited: 429, Denied: 403, SidecarOverload: 503,
 		},
 		Admission: Admission{Strategy: StrategyNone},
 		Headers:   defaultHeaders(),
 		Reload:    Reload{Watch: true, Interval: Duration(2 * time.Second)},
+		ExtProc:   DefaultExtProc(),
 	}
 }
 
@@ -304,24 +325,8 @@ func Parse(data []byte) (*Config, error) { return ParseWith(data, nil) }
 func ParseWith(data []byte, adjust func(*Config)) (*Config, error) {
 	c := Default()
 	var errs Problems
-	if n := entries(data); n > maxEntries {
-		errs.add("", "%d lines and items; a configuration has at most %d", n, maxEntries)
-		return nil, &errs
-	}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var doc yaml.Node
-	switch err := dec.Decode(&doc); {
-	case errors.Is(err, io.EOF):
-		// An empty file: defaults only (validation reports what is missing).
-	case err != nil:
-		errs.add("", "not valid YAML: %v", err)
-		return nil, &errs
-	default:
-		strictDecode(&doc, &c, &errs)
-		var extra yaml.Node
-		if dec.Decode(&extra) == nil {
-			errs.add("", "the file holds more than one YAML document")
-		}
+	if doc := readDocument(data, "", "a configuration", &errs); doc != nil {
+		strictDecode(doc, &c, &errs)
 	}
 	if len(errs.List) == 0 {
 		if adjust != nil {
@@ -335,6 +340,30 @@ func ParseWith(data []byte, adjust func(*Config)) (*Config, error) {
 	return &c, nil
 }
 
+// readDocument decodes the one YAML document data holds, within the size limit. It returns nil
+// for empty input and after a problem, which it reports under path.
+func readDocument(data []byte, path, what string, errs *Problems) *yaml.Node {
+	if n := entries(data); n > maxEntries {
+		errs.add(path, "%d lines and items; %s has at most %d", n, what, maxEntries)
+		return nil
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	switch err := dec.Decode(&doc); {
+	case errors.Is(err, io.EOF):
+		return nil
+	case err != nil:
+		errs.add(path, "not valid YAML: %v", err)
+		return nil
+	}
+	var extra yaml.Node
+	if dec.Decode(&extra) == nil {
+		errs.add(path, "the file holds more than one YAML document")
+		return nil
+	}
+	return &doc
+}
+
 // ParseAdmission decodes an admission block alone (what stands under "admission:" in the file)
 // with the same strict decoder and validation, so problems name the same fields
 // ("admission.inflight.limit"). As in the file, an omitted strategy is "none". The lab and the
@@ -342,23 +371,15 @@ func ParseWith(data []byte, adjust func(*Config)) (*Config, error) {
 func ParseAdmission(data []byte) (*Admission, error) {
 	a := Admission{Strategy: StrategyNone}
 	var errs Problems
-	if n := entries(data); n > maxEntries {
-		errs.add("admission", "%d lines and items; an admission block has at most %d", n, maxEntries)
-		return nil, &errs
-	}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var doc yaml.Node
-	switch err := dec.Decode(&doc); {
-	case errors.Is(err, io.EOF):
+	switch doc := readDocument(data, "admission", "an admission block", &errs); {
+	case doc == nil && len(errs.List) == 0:
 		errs.add("admission", "empty: want an admission block such as {strategy: inflight, inflight: {limit: 8}}")
-	case err != nil:
-		errs.add("admission", "not valid YAML: %v", err)
+	case doc == nil:
+	case doc.Content[0].Kind != yaml.MappingNode:
+		n := doc.Content[0]
+		errs.addLine(n.Line, "admission", "want a mapping such as {strategy: inflight, inflight: {limit: 8}}, got %s", describe(n))
 	default:
-		if n := doc.Content[0]; n.Kind != yaml.MappingNode {
-			errs.addLine(n.Line, "admission", "want a mapping such as {strategy: inflight, inflight: {limit: 8}}, got %s", describe(n))
-		} else {
-			decodeValue(n, reflect.ValueOf(&a).Elem(), "admission", &errs)
-		}
+		decodeValue(doc.Content[0], reflect.ValueOf(&a).Elem(), "admission", &errs)
 	}
 	if len(errs.List) == 0 {
 		a.validate(&errs, "admission")
@@ -371,16 +392,27 @@ func ParseAdmission(data []byte) (*Admission, error) {
 
 // Validate appends every problem with c to errs.
 func (c *Config) Validate(errs *Problems) {
-	checkAddr(errs, "listen", c.Listen)
+	switch {
+	case c.Listen == "" && c.ExtProc.Listen == "":
+		errs.add("listen", "required: an address such as \":8000\" (or empty with extProc.listen set, to serve Envoy's ext_proc only)")
+	case c.Listen != "":
+		checkAddr(errs, "listen", c.Listen)
+	}
 	checkAddr(errs, "adminListen", c.AdminListen)
 	if c.Listen != "" && c.Listen == c.AdminListen && !strings.HasSuffix(c.Listen, ":0") {
 		errs.add("adminListen", "must differ from listen (%q): the admin port is kept apart from the data port", c.Listen)
 	}
-	if c.Upstream == "" {
+	switch {
+	case c.Upstream == "" && c.Listen == "":
+		// ext_proc only: Envoy forwards, and has its own upstream.
+	case c.Upstream == "":
 		errs.add("upstream", "required: the URL of the service behind the proxy, e.g. \"http://127.0.0.1:8080\"")
-	} else if u, err := url.Parse(c.Upstream); err != nil {
-		errs.add("upstream", "not a URL: %v", err)
-	} else {
+	default:
+		u, err := url.Parse(c.Upstream)
+		if err != nil {
+			errs.add("upstream", "not a URL: %v", err)
+			break
+		}
 		if u.Scheme != "http" && u.Scheme != "https" {
 			errs.add("upstream", "scheme must be http or https, got %q", u.Scheme)
 		}
@@ -425,6 +457,12 @@ func (c *Config) Validate(errs *Problems) {
 	if c.Server.MaxConnections < 1 {
 		errs.add("server.maxConnections", "must be at least 1, got %d", c.Server.MaxConnections)
 	}
+	if c.Server.Saturation.Above <= 0 {
+		errs.add("server.saturation.above", "must be a positive duration, got %s", c.Server.Saturation.Above)
+	}
+	if sa := c.Server.Saturation; sa.ShedAbove < 0 || sa.ShedAbove > 0 && sa.ShedAbove < sa.Above {
+		errs.add("server.saturation.shedAbove", "must be 0 (never refuse) or at least server.saturation.above (%s), got %s", sa.Above, sa.ShedAbove)
+	}
 	if c.Server.MaxConnectionsPerSource < 0 {
 		errs.add("server.maxConnectionsPerSource", "must not be negative (0 means no cap), got %d", c.Server.MaxConnectionsPerSource)
 	}
@@ -466,6 +504,10 @@ func (c *Config) Validate(errs *Problems) {
 	c.validateRoutes(errs)
 	if c.Reload.Watch {
 		positive(errs, "reload.interval", c.Reload.Interval)
+	}
+	c.ExtProc.validate(errs, c)
+	if len(errs.List) == 0 {
+		c.ExtProc.validateHolds(errs, c)
 	}
 }
 

@@ -30,13 +30,17 @@ type Headers struct {
 	ClientKeyFold bool `yaml:"clientKeyFold"`
 }
 
-// Clients configures per-client token buckets keyed by Headers.ClientKey.
+// Clients configures per-client quotas keyed by Headers.ClientKey: token buckets in each
+// replica, or with Store one quota per client shared by every replica.
 type Clients struct {
 	Rate    float64  `yaml:"rate"`
 	Burst   int      `yaml:"burst"`
 	MaxKeys int      `yaml:"maxKeys"`
 	Allow   []string `yaml:"allow"`
 	Deny    []string `yaml:"deny"`
+	// Store, when set, holds the quotas (this block's and the routes' own) for every replica
+	// that shares it; MaxKeys then bounds the local fallback used while the store is away.
+	Store *Store `yaml:"store"`
 }
 
 func (c *Clients) setDefaults() { *c = Clients{MaxKeys: 10000} }
@@ -52,6 +56,8 @@ type Route struct {
 	Cost int64 `yaml:"cost"`
 	// Admission is the route's own policy; absent: the top-level one (shared state).
 	Admission *Admission `yaml:"admission"`
+	// Clients is the route's own per-client quota; absent: the top-level clients block's.
+	Clients *RouteClients `yaml:"clients"`
 	// Streaming marks long-lived calls (a gRPC watch, server-sent events): admitted at the start,
 	// their permit released at the response headers, never a latency sample, and neither
 	// server.readTimeout nor upstreamTimeout cuts them. A gRPC method is a path:
@@ -101,7 +107,8 @@ func (c *Clients) validate(errs *Problems) {
 	if c == nil {
 		return
 	}
-	errs.nest("clients", (admission.ClientLimitsConfig{Rate: c.Rate, Burst: c.Burst, MaxKeys: c.MaxKeys, Allow: c.Allow, Deny: c.Deny}).Validate())
+	errs.nest("clients", c.Limits().Validate())
+	c.Store.validate(errs, "clients.store")
 }
 
 // ClientLimits returns the per-client limits configured, or nil when there are none.
@@ -109,7 +116,7 @@ func (c *Clients) ClientLimits() (*admission.ClientLimits, error) {
 	if c == nil {
 		return nil, nil
 	}
-	return admission.NewClientLimits(admission.ClientLimitsConfig{Rate: c.Rate, Burst: c.Burst, MaxKeys: c.MaxKeys, Allow: c.Allow, Deny: c.Deny})
+	return admission.NewClientLimits(c.Limits())
 }
 
 func (c *Config) validateRoutes(errs *Problems) {
@@ -137,6 +144,7 @@ func (c *Config) validateRoutes(errs *Problems) {
 		if r.Admission != nil {
 			r.Admission.validate(errs, path+".admission")
 		}
+		r.validateRouteClients(errs, path, c.Clients)
 	}
 }
 

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
+	"math/rand/v2"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -14,6 +17,7 @@ import (
 	"github.com/loadshed/loadshed/internal/config"
 	"github.com/loadshed/loadshed/internal/metrics"
 	"github.com/loadshed/loadshed/pkg/admission"
+	"github.com/loadshed/loadshed/pkg/admission/limit"
 )
 
 // Gate is the admission pipeline. It is safe for concurrent use; Update swaps the configuration
@@ -22,6 +26,24 @@ type Gate struct {
 	state   atomic.Pointer[state]
 	metrics *metrics.Proxy
 	clock   admission.Clock
+	self    SelfLoad
+
+	// The quota store's collaborators, and what serialises opening and closing stores.
+	quotaMetrics *metrics.Quota
+	log          *slog.Logger
+	replicaID    string
+	mu           sync.Mutex // held by Update and Close
+	closed       bool
+}
+
+// SelfLoad is the sidecar's watch on its own CPU (internal/selfload).
+type SelfLoad interface {
+	// Delay is the sidecar's own delay per forwarded request: taken off each upstream latency
+	// sample, so the adaptive limit does not shrink when the sidecar is the bottleneck.
+	Delay() time.Duration
+	// Shed is the share of new requests to refuse at once because the sidecar itself is
+	// overloaded (critical_plus requests are never refused by it).
+	Shed() float64
 }
 
 // Options are a Gate's collaborators.
@@ -30,11 +52,18 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// Clock drives the strategies and times requests (default: the system clock).
 	Clock admission.Clock
+	// Self reports the sidecar's own load (default: none).
+	Self SelfLoad
+	// Logger receives the quota store's transitions (default: discarded).
+	Logger *slog.Logger
+	// ReplicaID names this replica among those sharing a quota store (the pod's name; default:
+	// the host name and a random suffix).
+	ReplicaID string
 }
 
 // New builds the gate for a valid configuration.
 func New(cfg *config.Config, opts Options) (*Gate, error) {
-	g := &Gate{clock: opts.Clock}
+	g := &Gate{clock: opts.Clock, self: opts.Self}
 	if g.clock == nil {
 		g.clock = admission.SystemClock{}
 	}
@@ -43,8 +72,16 @@ func New(cfg *config.Config, opts Options) (*Gate, error) {
 		reg = prometheus.NewRegistry()
 	}
 	g.metrics = metrics.New(reg, g.StageStates)
+	g.quotaMetrics = metrics.NewQuota(reg, g.QuotaState)
+	g.log, g.replicaID = opts.Logger, opts.ReplicaID
+	if g.log == nil {
+		g.log = slog.New(slog.DiscardHandler)
+	}
 	st, err := buildState(cfg, nil, g.metrics, g.clock)
 	if err != nil {
+		return nil, err
+	}
+	if _, err := g.buildQuotas(st, nil); err != nil {
 		return nil, err
 	}
 	g.state.Store(st)
@@ -54,17 +91,34 @@ func New(cfg *config.Config, opts Options) (*Gate, error) {
 // Metrics returns the gate's metrics (the server counts reloads and its drain on them).
 func (g *Gate) Metrics() *metrics.Proxy { return g.metrics }
 
+// Clock is the gate's clock: a door times the exchanges it reports on the Pass with it.
+func (g *Gate) Clock() admission.Clock { return g.clock }
+
 // Config returns the configuration in force.
 func (g *Gate) Config() *config.Config { return g.state.Load().cfg }
 
 // Update puts a new valid configuration in force for new requests. Policies whose route and
 // admission configuration are unchanged keep their state; replaced ones finish what they hold.
+// The quota store is kept while its configuration is unchanged; a replaced one is closed.
 func (g *Gate) Update(cfg *config.Config) error {
-	st, err := buildState(cfg, g.state.Load(), g.metrics, g.clock)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return errors.New("gate closed")
+	}
+	prev := g.state.Load()
+	st, err := buildState(cfg, prev, g.metrics, g.clock)
+	if err != nil {
+		return err
+	}
+	retired, err := g.buildQuotas(st, prev)
 	if err != nil {
 		return err
 	}
 	g.state.Store(st)
+	if retired != nil {
+		_ = retired.Close()
+	}
 	return nil
 }
 
@@ -106,7 +160,16 @@ type Request struct {
 	Peer string
 	// ContentLength is the announced size of the body; -1 when unknown.
 	ContentLength int64
+	// GRPC marks a gRPC call (IsGRPC of its content type): its outcome is its final grpc-status
+	// (CallEnded), its latency sample the whole call. Calls through DoorGRPC always are.
+	GRPC bool
 }
+
+// ErrAnswerDue is the cause a door gives (context.WithCancelCause) when it cancels the context
+// of a request still waiting in a queue because it must answer now: Envoy's ext_proc filter stops
+// waiting for the sidecar at its message timeout. Admit then refuses the request as a queue
+// timeout, with a Retry-After, instead of counting a client that left.
+var ErrAnswerDue = errors.New("gate: the door must answer now")
 
 // Refusal is a shed: the request is refused cheaply, with the status its reason maps to and the
 // strategy's estimate of when a retry could succeed.
@@ -120,6 +183,28 @@ type Refusal struct {
 	RetryAfter time.Duration
 	// GRPCCode is the grpc-status a refused gRPC call gets (grpc.statusCodes).
 	GRPCCode int
+}
+
+// Field is one header a door sets.
+type Field struct{ Name, Value string }
+
+// Headers are the headers of a refusal's answer through any door: X-Loadshed-Reason naming the
+// reason, and Retry-After (to a gRPC call, grpc-retry-pushback-ms) unless the refusal asks for
+// no retry (403). An HTTP answer also says it is plain text that no cache keeps. (A gRPC call's
+// content-type, grpc-status and grpc-message are the door's to write in its own framing.)
+func (r *Refusal) Headers(grpc bool) []Field {
+	if grpc {
+		if v := r.PushbackMillis(); v != "" {
+			return []Field{{"X-Loadshed-Reason", string(r.Reason)}, {"Grpc-Retry-Pushback-Ms", v}}
+		}
+		return []Field{{"X-Loadshed-Reason", string(r.Reason)}}
+	}
+	f := []Field{{"Content-Type", "text/plain; charset=utf-8"}, {"X-Content-Type-Options", "nosniff"},
+		{"Cache-Control", "no-store"}, {"X-Loadshed-Reason", string(r.Reason)}}
+	if v := r.RetryAfterHeader(); v != "" {
+		f = append(f, Field{"Retry-After", v})
+	}
+	return f
 }
 
 func (r *Refusal) Error() string {
@@ -191,12 +276,16 @@ type Pass struct {
 	bodyErr  atomic.Pointer[error] // the first error reading the client's body
 	deadline time.Duration         // after Start; 0: none
 	fwd, hdr time.Duration         // after Start: forwarded, response headers (0: not yet)
+	end      time.Duration         // after Start: a gRPC call's end (0: not yet)
+	gate     *Gate
 	status   int32
 	door     uint8
 	outcome  uint8 // index in outcomes
 	held     bool
 	stream   bool
 	grpc     bool // the client sent grpc-timeout
+	call     bool // a gRPC call (Request.GRPC)
+	fwdSet   [2]Field
 
 	streaming   bool          // a streaming route
 	streamAfter time.Duration // grpc.streamAfter
@@ -248,7 +337,7 @@ func (ps *Pass) GRPCTimeout() bool { return ps.grpc }
 // bound before Admit blocks.
 func (g *Gate) Admit(ctx context.Context, r *Request, queued func(admission.Queued)) (*Pass, error) {
 	st := g.state.Load()
-	p, routeCost, streaming := st.match(r.Method, r.Path)
+	p, routeCost, streaming, clients := st.match(r.Method, r.Path)
 	door := doorIndex(r.Door)
 	now := g.clock.Now()
 	req, herr := st.spec.parseRequest(r.Header, r.Peer, now, routeCost)
@@ -261,8 +350,19 @@ func (g *Gate) Admit(ctx context.Context, r *Request, queued func(admission.Queu
 		p.m.count(door, outcomeClientError, 413)
 		return nil, &ClientError{Status: 413, Limit: max}
 	}
-	if st.clients != nil {
-		if rej := st.clients.Check(now, req.Key, req.Cost); rej != nil && !g.dryRun(p, door, req, rej) {
+	if g.self != nil && req.Priority > admission.CriticalPlus {
+		// The sidecar's own CPU is the bottleneck: a share of new requests is answered at once,
+		// before anything else is spent on them.
+		if share := g.self.Shed(); share > 0 && rand.Float64() < share {
+			rej := &admission.Rejection{Reason: admission.ReasonSidecarOverload, Stage: "sidecar", RetryAfter: time.Second}
+			if !g.dryRun(p, door, req, rej) {
+				return nil, g.refuse(st, p, door, req, rej)
+			}
+		}
+	}
+	if clients != nil {
+		// Bounded by the quota store's timeout; a store that fails is decided locally.
+		if rej := clients.Check(ctx, now, req.Key, req.Cost); rej != nil && !g.dryRun(p, door, req, rej) {
 			return nil, g.refuse(st, p, door, req, rej)
 		}
 	}
@@ -277,8 +377,9 @@ func (g *Gate) Admit(ctx context.Context, r *Request, queued func(admission.Queu
 			}
 		}
 	}
-	pass := &Pass{Context: ctx, p: p, spec: &st.spec, door: uint8(door), Start: now, streaming: streaming,
-		streamAfter: st.cfg.GRPC.StreamAfter.D(), grpc: st.spec.grpcTimeout && r.Header.Get("Grpc-Timeout") != ""}
+	pass := &Pass{Context: ctx, p: p, spec: &st.spec, gate: g, door: uint8(door), Start: now, streaming: streaming,
+		streamAfter: st.cfg.GRPC.StreamAfter.D(), grpc: st.spec.grpcTimeout && r.Header.Get("Grpc-Timeout") != "",
+		call: r.GRPC || r.Door == metrics.DoorGRPC}
 	if !req.Deadline.IsZero() {
 		// A deadline at Start itself (already late) was refused above; an admitted one lies after.
 		pass.deadline = req.Deadline.Sub(now)
@@ -299,6 +400,12 @@ func (g *Gate) Admit(ctx context.Context, r *Request, queued func(admission.Queu
 		var rej *admission.Rejection
 		if errors.As(err, &rej) {
 			return nil, g.refuse(st, p, door, req, rej)
+		}
+		if errors.Is(context.Cause(ctx), ErrAnswerDue) {
+			// The door cannot hold the request longer: a queue timeout, whose retry hint is the
+			// wait it has had.
+			waited := max(g.clock.Now().Sub(now), time.Millisecond)
+			return nil, g.refuse(st, p, door, req, &admission.Rejection{Reason: admission.ReasonQueueTimeout, RetryAfter: waited, Stage: p.strategy})
 		}
 		// The client went away while it waited: no answer, no upstream call.
 		p.m.count(door, outcomeCanceled, 499)
@@ -361,7 +468,7 @@ func (ps *Pass) BodyError() error {
 }
 
 // isCall reports a gRPC call: its outcome is its final grpc-status, its sample its duration.
-func (ps *Pass) isCall() bool { return doors[ps.door] == metrics.DoorGRPC }
+func (ps *Pass) isCall() bool { return ps.call }
 
 // Streaming reports a request of a streaming route: its permit goes back at the response
 // headers, and no read or upstream timeout cuts it.
@@ -390,8 +497,9 @@ func (ps *Pass) CallEnded(code int, at time.Time) {
 	switch code {
 	case 0:
 		ps.outcome = outcomeSuccess
+		ps.end = max(at.Sub(ps.Start), 1)
 		if !ps.stream && !ps.streamed.Load() {
-			ps.p.latency.observe(max(at.Sub(ps.Start)-ps.fwd, 0))
+			ps.p.latency.observe(max(ps.end-ps.fwd, 0))
 		}
 	case 4:
 		ps.outcome = outcomeUpstreamTimeout
@@ -405,12 +513,43 @@ func (ps *Pass) CallEnded(code int, at time.Time) {
 	ps.Complete()
 }
 
+// self is the sidecar's own delay, to take off the latency sample.
+func (ps *Pass) self() time.Duration {
+	if ps.gate == nil || ps.gate.self == nil {
+		return 0
+	}
+	return ps.gate.self.Delay()
+}
+
 // Outcome is how the exchange has gone so far (a metrics.Outcome* value).
 func (ps *Pass) Outcome() string { return outcomes[ps.outcome] }
 
 // Forwarding marks the moment the request leaves for the upstream: upstream latency counts
 // from here.
 func (ps *Pass) Forwarding(at time.Time) { ps.fwd = max(at.Sub(ps.Start), 1) }
+
+// Forward marks the moment the request leaves for the upstream (Forwarding) and returns how its
+// headers change on the way: the admission headers to remove (StripHeaders) and the headers to
+// set, the remaining deadline in the timeout header and, when the client sent grpc-timeout, in
+// grpc-timeout too, so the upstream can give up in time. The slices are the Pass's own.
+func (ps *Pass) Forward(now time.Time) (remove []string, set []Field) {
+	ps.Forwarding(now)
+	dl := ps.ClientDeadline()
+	if dl.IsZero() {
+		return ps.spec.strip, nil
+	}
+	left := max(dl.Sub(now), time.Millisecond).Truncate(time.Millisecond)
+	n := 0
+	if name := ps.spec.timeoutHeader; name != "" {
+		ps.fwdSet[n] = Field{name, left.String()}
+		n++
+	}
+	if ps.grpc {
+		ps.fwdSet[n] = Field{"Grpc-Timeout", strconv.FormatInt(left.Milliseconds(), 10) + "m"}
+		n++
+	}
+	return ps.spec.strip, ps.fwdSet[:n]
+}
 
 // Responded records the upstream's response headers, arrived at at: the status decides the
 // outcome (5xx an upstream error, 4xx the client's), and the latency since Forwarding is
@@ -449,9 +588,35 @@ func (ps *Pass) Complete() { ps.Release(ps.classify()) }
 // Release gives the permit back now, with the outcome the strategy learns from; Finish then only
 // counts the request. It is safe to call more than once and from another goroutine.
 func (ps *Pass) Release(o admission.Outcome) {
-	if ps.held {
-		ps.permit.Done(o)
+	if !ps.held {
+		return
 	}
+	var rtt time.Duration
+	if o == admission.Success {
+		// (Only a success is a sample. A stream's release comes from a timer, whose goroutine
+		// must not read what the door is still writing.)
+		rtt = ps.sample()
+	}
+	ps.permit.DoneAfter(o, rtt)
+}
+
+// sample is the upstream latency the strategy learns from: forwarding to response headers (a
+// gRPC call: to its end), less the sidecar's own delay, so that a busy sidecar is not taken for
+// a slow upstream. Zero (the permit's hold time is used) when the door did not time it.
+func (ps *Pass) sample() time.Duration {
+	end := ps.hdr
+	if ps.end > end {
+		end = ps.end
+	}
+	if ps.fwd <= 0 || end <= ps.fwd {
+		return 0
+	}
+	rtt := end - ps.fwd
+	if self := ps.self(); self > 0 {
+		// Never below the shortest meaningful latency: the sample still counts.
+		rtt = max(rtt-self, min(rtt, limit.MinMeaningfulRTT))
+	}
+	return rtt
 }
 
 // Finish ends the request: it releases the permit (if still held) with the outcome classified
@@ -488,14 +653,14 @@ func (ps *Pass) classify() admission.Outcome {
 
 // Streaming reports whether a request of this method and path is on a streaming route.
 func (g *Gate) Streaming(method, path string) bool {
-	_, _, streaming := g.state.Load().match(method, path)
+	_, _, streaming, _ := g.state.Load().match(method, path)
 	return streaming
 }
 
 // Count counts a request a door refused on its own before admission (a CONNECT, say): the
 // route's labels, the door, the outcome and the status.
 func (g *Gate) Count(door, method, path, outcome string, status int) {
-	p, _, _ := g.state.Load().match(method, path)
+	p, _, _, _ := g.state.Load().match(method, path)
 	if o := indexOf(outcomes, outcome); o >= 0 {
 		p.m.count(doorIndex(door), uint8(o), status)
 		return

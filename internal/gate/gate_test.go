@@ -26,13 +26,19 @@ func (h headers) Get(name string) string { return h[name] }
 // newGate builds a gate on a fake clock from the YAML of a whole config file.
 func newGate(t *testing.T, yaml string) (*Gate, *admissiontest.Clock, *prometheus.Registry) {
 	t.Helper()
+	return newGateWithSelf(t, yaml, nil)
+}
+
+// newGateWithSelf is newGate with the sidecar's own load (nil: none).
+func newGateWithSelf(t *testing.T, yaml string, self SelfLoad) (*Gate, *admissiontest.Clock, *prometheus.Registry) {
+	t.Helper()
 	cfg, err := config.Parse([]byte("upstream: http://127.0.0.1:1\n" + yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
 	clk := admissiontest.NewClock(t0)
 	reg := prometheus.NewRegistry()
-	g, err := New(cfg, Options{Registerer: reg, Clock: clk})
+	g, err := New(cfg, Options{Registerer: reg, Clock: clk, Self: self})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,10 +72,20 @@ func refusal(t *testing.T, err error) *Refusal {
 
 // requests sums loadshed_requests_total over the series that carry the given label pairs.
 func requests(reg *prometheus.Registry, labels ...string) float64 {
+	return counterSum(reg, "loadshed_requests_total", labels...)
+}
+
+// shed sums loadshed_shed_total over the series that carry the given label pairs.
+func shed(reg *prometheus.Registry, labels ...string) float64 {
+	return counterSum(reg, "loadshed_shed_total", labels...)
+}
+
+// counterSum sums the counter name over the series that carry the given label pairs.
+func counterSum(reg *prometheus.Registry, name string, labels ...string) float64 {
 	var sum float64
 	mfs, _ := reg.Gather()
 	for _, mf := range mfs {
-		if mf.GetName() != "loadshed_requests_total" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, c := range mf.GetMetric() {
@@ -366,4 +382,54 @@ routes:
 	if n := requests(reg, "route", "default", "door", "http", "code", "405"); n != 1 {
 		t.Errorf("a door's own refusal counted %v", n)
 	}
+}
+
+// TestAnswerDue: a door that must answer a waiting request now (ErrAnswerDue) gets a queue
+// timeout refusal with a retry hint, counted as a shed; the request leaves the queue.
+func TestAnswerDue(t *testing.T) {
+	g, clk, reg := newGate(t, "admission: {strategy: bounded-queue, boundedQueue: {concurrency: 1, depth: 4, maxWait: 1s}}\n")
+	hold := admit(t, g, request(nil))
+	ctx, cancel := context.WithCancelCause(context.Background())
+	queued := make(chan admission.Queued, 1)
+	done := make(chan error, 1)
+	go func() {
+		_, err := g.Admit(ctx, request(nil), func(q admission.Queued) { queued <- q })
+		done <- err
+	}()
+	if q := <-queued; q.Bound != time.Second {
+		t.Errorf("bound %v, want maxWait", q.Bound)
+	}
+	clk.Advance(300 * time.Millisecond)
+	cancel(ErrAnswerDue)
+	rej := refusal(t, <-done)
+	if rej.Reason != admission.ReasonQueueTimeout || rej.Status != 503 || rej.RetryAfter != 300*time.Millisecond {
+		t.Errorf("refusal %+v, want queue_timeout, 503, retry after the 300ms waited", rej)
+	}
+	if st := g.Policies()[0].Stats(); st.QueuedRequests != 0 {
+		t.Errorf("%d still queued", st.QueuedRequests)
+	}
+	if n := requests(reg, "outcome", "shed", "code", "503"); n != 1 {
+		t.Errorf("shed counted %v, want 1", n)
+	}
+	hold.Finish()
+}
+
+// TestForward: the headers a door changes as it forwards: the admission headers go, the
+// remaining deadline is set in the timeout header and in grpc-timeout.
+func TestForward(t *testing.T) {
+	g, clk, _ := newGate(t, "admission: {strategy: none}\n")
+	p := admit(t, g, request(nil))
+	remove, set := p.Forward(clk.Now())
+	if strings.Join(remove, ",") != "X-Loadshed-Priority,X-Loadshed-Cost" || len(set) != 0 {
+		t.Errorf("without a deadline: remove %v, set %v", remove, set)
+	}
+	p.Finish()
+	p = admit(t, g, request(headers{"X-Request-Timeout": "2s", "Grpc-Timeout": "1500m"}))
+	clk.Advance(250 * time.Millisecond)
+	_, set = p.Forward(clk.Now())
+	want := []Field{{"X-Request-Timeout", "1.25s"}, {"Grpc-Timeout", "1250m"}}
+	if len(set) != 2 || set[0] != want[0] || set[1] != want[1] {
+		t.Errorf("set %v, want %v", set, want)
+	}
+	p.Finish()
 }

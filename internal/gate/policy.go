@@ -8,6 +8,7 @@ import (
 
 	"github.com/loadshed/loadshed/internal/config"
 	"github.com/loadshed/loadshed/internal/metrics"
+	"github.com/loadshed/loadshed/internal/quota"
 	"github.com/loadshed/loadshed/pkg/admission"
 )
 
@@ -69,30 +70,33 @@ func (p *Policy) state() []metrics.StageState {
 
 // route is a compiled route rule.
 type route struct {
-	rule   config.Route
-	policy *Policy
+	rule    config.Route
+	policy  *Policy
+	clients quota.Limiter // the route's own quota, or the top-level one
 }
 
 // state is everything a reload may replace, swapped atomically as a whole.
 type state struct {
 	cfg     *config.Config
 	spec    requestSpec
-	clients *admission.ClientLimits
+	clients quota.Limiter // the top-level clients block's quota; nil: none
+	quotas  quotas
 	routes  []route
 	def     *Policy
 	status  []int // by reason index (admission.AllReasons)
 	grpc    []int // gRPC status by reason index
 }
 
-// match returns the policy, the route's cost and whether it is a streaming route.
-func (st *state) match(method, path string) (*Policy, int64, bool) {
+// match returns the policy, the route's cost, whether it is a streaming route and its
+// per-client quota (nil: none).
+func (st *state) match(method, path string) (*Policy, int64, bool, quota.Limiter) {
 	for i := range st.routes {
 		r := &st.routes[i]
 		if r.rule.Matches(method, path) {
-			return r.policy, r.rule.Cost, r.rule.Streaming
+			return r.policy, r.rule.Cost, r.rule.Streaming, r.clients
 		}
 	}
-	return st.def, 0, false
+	return st.def, 0, false, st.clients
 }
 
 // policies lists every distinct policy of the state, the default one first.
@@ -108,7 +112,7 @@ func (st *state) policies() []*Policy {
 
 // buildState compiles a configuration. Policies of prev whose route name and admission
 // configuration are unchanged are kept, with their state (in-flight permits, queues, learned
-// limits); so are the per-client buckets when their configuration is unchanged.
+// limits). The per-client quotas are built apart (buildQuotas).
 func buildState(cfg *config.Config, prev *state, m *metrics.Proxy, clock admission.Clock) (*state, error) {
 	old := map[string]*Policy{}
 	if prev != nil {
@@ -139,11 +143,6 @@ func buildState(cfg *config.Config, prev *state, m *metrics.Proxy, clock admissi
 			}
 		}
 		st.routes = append(st.routes, route{rule: r, policy: p})
-	}
-	if prev != nil && reflect.DeepEqual(prev.cfg.Clients, cfg.Clients) {
-		st.clients = prev.clients
-	} else if st.clients, err = cfg.Clients.ClientLimits(); err != nil {
-		return nil, fmt.Errorf("clients: %w", err)
 	}
 	h := cfg.Headers
 	defPrio, _ := admission.ParsePriority(h.DefaultPriority)

@@ -18,6 +18,11 @@ type headerError struct {
 
 func (e *headerError) Error() string { return e.header + ": " + e.msg }
 
+// The units of grpc-timeout, in the order of their durations below.
+const grpcUnits = "HMSmun"
+
+var grpcUnitDurations = [len(grpcUnits)]time.Duration{time.Hour, time.Minute, time.Second, time.Millisecond, time.Microsecond, time.Nanosecond}
+
 // parseGRPCTimeout parses a grpc-timeout header value: at most 8 digits and a unit, H (hours),
 // M (minutes), S (seconds), m (milliseconds), u (microseconds) or n (nanoseconds).
 func parseGRPCTimeout(v string) (time.Duration, error) {
@@ -28,23 +33,11 @@ func parseGRPCTimeout(v string) (time.Duration, error) {
 	if err != nil || strings.ContainsAny(v[:1], "+-") {
 		return 0, fmt.Errorf("want 1 to 8 digits and a unit (H, M, S, m, u, n), got %q", v)
 	}
-	var unit time.Duration
-	switch v[len(v)-1] {
-	case 'H':
-		unit = time.Hour
-	case 'M':
-		unit = time.Minute
-	case 'S':
-		unit = time.Second
-	case 'm':
-		unit = time.Millisecond
-	case 'u':
-		unit = time.Microsecond
-	case 'n':
-		unit = time.Nanosecond
-	default:
+	i := strings.IndexByte(grpcUnits, v[len(v)-1])
+	if i < 0 {
 		return 0, fmt.Errorf("unknown unit %q (want H, M, S, m, u or n)", v[len(v)-1:])
 	}
+	unit := grpcUnitDurations[i]
 	// 8 digits of hours overflow a Duration; cap at its maximum.
 	if n > uint64(math.MaxInt64/int64(unit)) {
 		return time.Duration(math.MaxInt64), nil

@@ -4,6 +4,7 @@
 package live
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -20,6 +21,8 @@ import (
 
 	"github.com/loadshed/loadshed/internal/backend"
 	"github.com/loadshed/loadshed/internal/config"
+	"github.com/loadshed/loadshed/internal/extproc"
+	"github.com/loadshed/loadshed/internal/gate"
 	"github.com/loadshed/loadshed/internal/loadgen"
 	"github.com/loadshed/loadshed/internal/proxy"
 	"github.com/loadshed/loadshed/internal/slowtail"
@@ -34,10 +37,19 @@ type Env struct {
 	ProxyAdmin   string        // the admin port's base URL
 	ConfigPath   string        // the proxy's configuration file, when Setup.Reloadable
 	BackendURL   string        // the backend's data port (no admission)
+	BackendGRPC  string        // the backend's gRPC port (host:port), when Setup.GRPC
 	BackendAdmin string        // the backend's admin port (a test tool)
-	cancel       context.CancelFunc
-	done         chan error
-	dir          string
+	// Envoy is the Envoy in front of the backend when Setup.Envoy asked for one; the proxy is
+	// then its external processor, with no data port (ProxyURL is empty).
+	Envoy  *Envoy
+	cancel context.CancelFunc
+	done   chan error
+	dir    string
+
+	// Proxies are every in-process proxy replica (Setup.Replicas), Proxy first, with their data
+	// and admin URLs.
+	Proxies                []*proxy.Server
+	ProxyURLs, ProxyAdmins []string
 }
 
 // Setup describes an environment: the backend's capacity and service time, and the proxy's
@@ -60,7 +72,25 @@ type Setup struct {
 	// Reloadable writes the in-process proxy's configuration to a file (Env.ConfigPath) that
 	// Env.Proxy.Reload reads again.
 	Reloadable bool
+	// GRPC makes the backend also serve its gRPC port (Env.BackendGRPC) and the proxy forward
+	// to that port instead of the HTTP one; with the default upstreamProtocol (auto) the proxy
+	// sends gRPC calls there over h2c. Offer gRPC load with Load.GRPC.
+	GRPC bool
+	// Envoy, when set, puts a real Envoy (deploy/envoy/envoy.yaml) in front of the backend and
+	// runs the proxy as its external processor only; the proxy's extProc timeouts mirror the
+	// Envoy's (zero timeouts: the file's 200ms and 2s). ExtProc is filled in, and App unless set.
+	Envoy *EnvoySetup
+	// Replicas runs this many in-process proxies with the same configuration in front of the
+	// one backend (default 1), named replica-0, replica-1, ... among those sharing a quota
+	// store (clients.store).
+	Replicas int
 }
+
+// The ext_proc filter's timeouts in deploy/envoy/envoy.yaml.
+const (
+	envoyMessageTimeout    = 200 * time.Millisecond
+	envoyMaxMessageTimeout = 2 * time.Second
+)
 
 // Constant returns a service time of exactly d.
 func Constant(d time.Duration) slowtail.Config { return slowtail.Constant(d) }
@@ -86,11 +116,24 @@ func Start(s Setup) (*Env, error) {
 		data.Close()
 		return nil, err
 	}
+	var grpcPort net.Listener
+	if s.GRPC {
+		if grpcPort, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			data.Close()
+			admin.Close()
+			return nil, err
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	e := &Env{Backend: be, cancel: cancel, done: make(chan error, 2),
+	e := &Env{Backend: be, cancel: cancel, done: make(chan error, 1+max(s.Replicas, 1)),
 		BackendURL: "http://" + data.Addr().String(), BackendAdmin: "http://" + admin.Addr().String()}
+	upstream := e.BackendURL
+	if grpcPort != nil {
+		e.BackendGRPC = grpcPort.Addr().String()
+		upstream = "http://" + e.BackendGRPC
+	}
 	go func() {
-		e.done <- be.Serve(ctx, backend.ServeConfig{Data: data, Admin: admin, ShutdownTimeout: 5 * time.Second})
+		e.done <- be.Serve(ctx, backend.ServeConfig{Data: data, Admin: admin, GRPC: grpcPort, ShutdownTimeout: 5 * time.Second})
 	}()
 
 	pListen, pAdmin := "127.0.0.1:0", "127.0.0.1:0"
@@ -103,7 +146,15 @@ func Start(s Setup) (*Env, error) {
 			return nil, err
 		}
 	}
-	cfg, err := proxyConfig(s, pListen, pAdmin, e.BackendURL)
+	if s.Envoy != nil {
+		env := *s.Envoy
+		env.MessageTimeout = cmp.Or(env.MessageTimeout, envoyMessageTimeout)
+		env.MaxMessageTimeout = cmp.Or(env.MaxMessageTimeout, envoyMaxMessageTimeout)
+		env.App = cmp.Or(env.App, data.Addr().String())
+		env.ExtProc = pListen // the ext_proc server takes the data port's place
+		s.Envoy = &env
+	}
+	cfg, err := proxyConfig(s, pListen, pAdmin, upstream)
 	if err != nil {
 		e.Close()
 		return nil, fmt.Errorf("proxy config: %w", err)
@@ -118,9 +169,9 @@ func Start(s Setup) (*Env, error) {
 			e.Close()
 			return nil, err
 		}
-		return e, nil
+		return e, e.startEnvoy(s)
 	}
-	opts := proxy.Options{}
+	opts := proxy.Options{Doors: []gate.OpenDoor{extproc.Open}}
 	if s.Reloadable {
 		if e.dir, err = os.MkdirTemp("", "loadshed-live-"); err != nil {
 			e.Close()
@@ -133,24 +184,47 @@ func Start(s Setup) (*Env, error) {
 		}
 		opts.ConfigPath = e.ConfigPath
 	}
-	px, err := proxy.New(cfg, opts)
+	for i := range max(s.Replicas, 1) {
+		opts.ReplicaID = fmt.Sprintf("replica-%d", i)
+		px, err := proxy.New(cfg, opts)
+		if err != nil {
+			e.Close()
+			return nil, err
+		}
+		if err := px.Listen(); err != nil {
+			px.Close()
+			e.Close()
+			return nil, err
+		}
+		d, a := px.Addrs()
+		e.Proxies = append(e.Proxies, px)
+		e.ProxyURLs, e.ProxyAdmins = append(e.ProxyURLs, "http://"+d), append(e.ProxyAdmins, "http://"+a)
+		go func() { e.done <- px.Serve(ctx) }()
+		if err := waitReady("http://"+a+"/readyz", 5*time.Second); err != nil {
+			e.Close()
+			return nil, err
+		}
+	}
+	e.Proxy, e.ProxyURL, e.ProxyAdmin = e.Proxies[0], e.ProxyURLs[0], e.ProxyAdmins[0]
+	if s.Envoy != nil {
+		e.ProxyURL = ""
+		s.Envoy.ExtProc = e.Proxy.Doors()[0].Addr().String()
+	}
+	return e, e.startEnvoy(s)
+}
+
+// startEnvoy starts the Envoy s asks for, if any; on failure it closes e.
+func (e *Env) startEnvoy(s Setup) error {
+	if s.Envoy == nil {
+		return nil
+	}
+	envoy, err := StartEnvoy(*s.Envoy)
 	if err != nil {
 		e.Close()
-		return nil, err
+		return err
 	}
-	if err := px.Listen(); err != nil {
-		e.Close()
-		return nil, err
-	}
-	e.Proxy = px
-	d, a := px.Addrs()
-	e.ProxyURL, e.ProxyAdmin = "http://"+d, "http://"+a
-	go func() { e.done <- px.Serve(ctx) }()
-	if err := waitReady(e.ProxyAdmin+"/readyz", 5*time.Second); err != nil {
-		e.Close()
-		return nil, err
-	}
-	return e, nil
+	e.Envoy = envoy
+	return nil
 }
 
 // proxyConfig is the proxy's configuration for an environment: s's admission block and extra
@@ -165,6 +239,12 @@ func proxyConfig(s Setup, listen, admin, upstream string) (*config.Config, error
 		}
 		c.Reload.Watch = false
 		c.Admission = s.Admission
+		if s.Envoy != nil {
+			// Envoy's external processor only: no data port, no upstream (Envoy forwards).
+			c.Listen, c.Upstream = "", ""
+			c.ExtProc = config.ExtProc{Listen: listen, MessageTimeout: config.Duration(s.Envoy.MessageTimeout),
+				MaxMessageTimeout: config.Duration(s.Envoy.MaxMessageTimeout)}
+		}
 	})
 }
 
@@ -207,18 +287,17 @@ func waitReady(url string, within time.Duration) error {
 	return errors.New("proxy not ready: " + url)
 }
 
-// Close shuts the proxy and the backend down and waits for them.
+// Close shuts Envoy, the proxy and the backend down and waits for them.
 func (e *Env) Close() {
+	if e.Envoy != nil {
+		e.Envoy.Close()
+	}
 	if e.ProxyProcess != nil && e.ProxyProcess.ProcessState == nil {
 		e.ProxyProcess.Process.Signal(syscall.SIGTERM)
 		e.ProxyProcess.Wait()
 	}
 	e.cancel()
-	n := 1
-	if e.Proxy != nil {
-		n = 2
-	}
-	for range n {
+	for range 1 + len(e.Proxies) {
 		<-e.done
 	}
 	if e.dir != "" {
@@ -254,6 +333,9 @@ func (e *Env) startProcess(s Setup, config []byte, listen, admin string) error {
 	}
 	e.ProxyProcess = cmd
 	e.ProxyURL, e.ProxyAdmin = "http://"+listen, "http://"+admin
+	if s.Envoy != nil {
+		e.ProxyURL = "" // Envoy's external processor only
+	}
 	return waitReady(e.ProxyAdmin+"/readyz", 10*time.Second)
 }
 
@@ -267,6 +349,9 @@ type Load struct {
 	Schedule *loadgen.Schedule // overrides Rate and Duration
 	// Warmup is sent first, as part of the same continuous load, and left out of the figures.
 	Warmup time.Duration
+	// GRPC, when set, offers gRPC calls of the backend's Work method instead of HTTP requests
+	// (the Env must have been started with Setup.GRPC).
+	GRPC *loadgen.GRPC
 }
 
 // Run offers the load to the proxy and returns the generator's result.
@@ -274,8 +359,17 @@ func (e *Env) Run(ctx context.Context, l Load) (*loadgen.Result, error) {
 	return e.run(ctx, e.ProxyURL, l)
 }
 
-// RunDirect offers the load to the backend itself, with no proxy in between.
+// RunEnvoy offers the load to the Envoy in front of the backend (Setup.Envoy).
+func (e *Env) RunEnvoy(ctx context.Context, l Load) (*loadgen.Result, error) {
+	return e.run(ctx, e.Envoy.URL, l)
+}
+
+// RunDirect offers the load to the backend itself, with no proxy in between (its gRPC port for
+// a gRPC load).
 func (e *Env) RunDirect(ctx context.Context, l Load) (*loadgen.Result, error) {
+	if l.GRPC != nil {
+		return e.run(ctx, "http://"+e.BackendGRPC, l)
+	}
 	return e.run(ctx, e.BackendURL, l)
 }
 
@@ -290,7 +384,11 @@ func (e *Env) run(ctx context.Context, target string, l Load) (*loadgen.Result, 
 	if l.Schedule != nil {
 		sched = *l.Schedule
 	}
+	if l.GRPC != nil && e.BackendGRPC == "" {
+		return nil, errors.New("live: a gRPC load needs an Env started with Setup.GRPC")
+	}
 	return loadgen.Run(ctx, loadgen.Config{
 		Target: target + "/", Schedule: sched, Timeout: l.Timeout, SLO: l.SLO, Prepare: l.Prepare, Warmup: l.Warmup,
+		GRPC: l.GRPC,
 	})
 }

@@ -67,7 +67,11 @@ type Config struct {
 	LateStartBudget float64
 	// Client sends the requests. Nil means a client built for the run: HTTP/1.1 keep-alive
 	// connections, MaxIdleConnsPerHost equal to MaxInFlight, no redirects, no environment proxy.
+	// It must be nil in a gRPC run.
 	Client *http.Client
+	// GRPC, when set, makes the run one of gRPC calls (see GRPC); Target is then "host:port"
+	// or "http://host:port".
+	GRPC *GRPC
 }
 
 // withDefaults returns a copy of c with zero fields set to their defaults.
@@ -104,8 +108,20 @@ func defaultMaxInFlight(peak float64, timeout time.Duration) int {
 // applying defaults, so zero fields that have defaults are accepted.
 func (c Config) Validate() error {
 	var errs []error
-	if _, err := parseTarget(c.Target); err != nil {
-		errs = append(errs, err)
+	if c.GRPC == nil {
+		if _, err := parseTarget(c.Target); err != nil {
+			errs = append(errs, err)
+		}
+	} else {
+		if _, err := parseGRPCTarget(c.Target); err != nil {
+			errs = append(errs, err)
+		}
+		if c.GRPC.Conns < 0 || c.GRPC.Conns > MaxGRPCConns {
+			errs = append(errs, fmt.Errorf("GRPC.Conns: must be in [0, %d], got %d", MaxGRPCConns, c.GRPC.Conns))
+		}
+		if c.Client != nil {
+			errs = append(errs, errors.New("Client: must be nil in a gRPC run (it sends HTTP requests)"))
+		}
 	}
 	if err := c.Schedule.Validate(); err != nil {
 		errs = append(errs, err)

@@ -1,4 +1,5 @@
-// Package loadgen is an open-model HTTP load generator for measuring overload behaviour.
+// Package loadgen is an open-model HTTP (and gRPC) load generator for measuring overload
+// behaviour.
 //
 // Request i is sent at the time its Schedule gives it, whether or not earlier requests have
 // finished, and its latency is measured from that scheduled time: if the generator itself starts
@@ -16,4 +17,10 @@
 // answered within the SLO), refusals (429, 503 and 403 answers) and Retry-After coverage,
 // nearest-rank latency percentiles of admitted answers, a per-second series by scheduled time and
 // a per-tag breakdown. WriteTable prints several results side by side.
+//
+// With Config.GRPC the requests are gRPC calls of the synthetic backend's
+// loadshed.backend.v1.Backend/Work over h2c, on the same schedule, timing and result: status
+// codes are then grpc-status values, refusals are loadshed's trailers-only answers marked with
+// x-loadshed-reason (counted by grpc-status), and grpc-retry-pushback-ms takes the place of
+// Retry-After. See GRPC.
 package loadgen

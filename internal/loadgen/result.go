@@ -6,11 +6,17 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"google.golang.org/grpc/codes"
 )
 
 // Result summarises one run. It is a plain struct; encoding/json writes durations as integer
 // nanoseconds and Codes with the status codes as keys. Every share is in [0, 1].
 type Result struct {
+	// Protocol is "http", or "grpc" for a run of gRPC calls (Config.GRPC). In a gRPC run the
+	// status codes are grpc-status values: Codes counts them, Success and Goodput count OK, Shed
+	// counts loadshed's refusals (IsGRPCShed), and pushback takes the place of Retry-After.
+	Protocol string `json:"protocol"`
 	// The run's settings, after defaults.
 	Target          string        `json:"target"`
 	Schedule        Schedule      `json:"schedule"`
@@ -62,6 +68,14 @@ type Result struct {
 	RetryAfterEligible int     `json:"retryAfterEligible"`
 	RetryAfterPresent  int     `json:"retryAfterPresent"`
 	RetryAfterCoverage float64 `json:"retryAfterCoverage"`
+	// gRPC runs only. ShedCodes counts refusals by grpc-status. PushbackPresent counts refusals
+	// carrying a valid grpc-retry-pushback-ms trailer, PushbackCoverage is its share of Shed (0
+	// when nothing was shed). TrailersOnly counts refusals sent as trailers-only responses
+	// (status in the only HEADERS frame, as a gRPC refusal must be for clients to retry it).
+	ShedCodes        map[int]int `json:"shedCodes,omitempty"`
+	PushbackPresent  int         `json:"pushbackPresent,omitempty"`
+	PushbackCoverage float64     `json:"pushbackCoverage,omitempty"`
+	TrailersOnly     int         `json:"trailersOnly,omitempty"`
 
 	// LateStarts counts requests sent more than LateTolerance after their scheduled time plus the
 	// dropped ones. MaxLateness and LatenessP99 describe how late sent requests started.
@@ -168,19 +182,34 @@ const (
 
 // sample is the record of one offered request.
 type sample struct {
-	tag        string
-	lateness   time.Duration // start - scheduled (sent requests only)
-	latency    time.Duration // end - scheduled (answered requests only)
-	code       int32
-	outcome    outcome
+	tag      string
+	lateness time.Duration // start - scheduled (sent requests only)
+	latency  time.Duration // end - scheduled (answered requests only)
+	code     int32         // HTTP status, or grpc-status in a gRPC run
+	outcome  outcome
+	// retryAfter: the answer carried a Retry-After header (HTTP) or a valid
+	// grpc-retry-pushback-ms trailer (gRPC).
 	retryAfter bool
+	// gRPC only: the answer carried x-loadshed-reason; it came as a trailers-only response.
+	reason, trailersOnly bool
+}
+
+// classify says whether an answered sample is a refusal and whether it succeeded.
+func (s *sample) classify(grpcRun bool) (shed, success bool) {
+	code := int(s.code)
+	if grpcRun {
+		return IsGRPCShed(codes.Code(code), s.reason), code == int(codes.OK)
+	}
+	return IsShed(code), code >= 200 && code < 300
 }
 
 // summarize builds a Result from the samples of the offered requests; offsets[i] is the
 // scheduled offset of samples[i]. c has its defaults applied.
 func summarize(c Config, offsets []time.Duration, samples []sample) *Result {
 	dur := c.Schedule.Duration() - c.Warmup
+	grpcRun := c.GRPC != nil
 	r := &Result{
+		Protocol:        "http",
 		Target:          c.Target,
 		Schedule:        c.Schedule,
 		Duration:        dur,
@@ -195,6 +224,9 @@ func summarize(c Config, offsets []time.Duration, samples []sample) *Result {
 	}
 	for i := range r.Seconds {
 		r.Seconds[i].Second = i
+	}
+	if grpcRun {
+		r.Protocol = "grpc"
 	}
 	var admitted, shed, lateness []time.Duration
 	perSecond := make([][]time.Duration, len(r.Seconds))
@@ -259,13 +291,26 @@ func summarize(c Config, offsets []time.Duration, samples []sample) *Result {
 			r.Completed++
 			code := int(s.code)
 			r.Codes[code]++
-			if code == 429 || code == 503 {
+			isShed, success := s.classify(grpcRun)
+			if !grpcRun && (code == 429 || code == 503) {
 				r.RetryAfterEligible++
 				if s.retryAfter {
 					r.RetryAfterPresent++
 				}
 			}
-			if IsShed(code) {
+			if grpcRun && isShed {
+				if r.ShedCodes == nil {
+					r.ShedCodes = map[int]int{}
+				}
+				r.ShedCodes[code]++
+				if s.retryAfter {
+					r.PushbackPresent++
+				}
+				if s.trailersOnly {
+					r.TrailersOnly++
+				}
+			}
+			if isShed {
 				r.Shed++
 				sec.Shed++
 				shed = append(shed, s.latency)
@@ -282,7 +327,7 @@ func summarize(c Config, offsets []time.Duration, samples []sample) *Result {
 				tag.Admitted++
 				perTag[s.tag] = append(perTag[s.tag], s.latency)
 			}
-			if code >= 200 && code < 300 {
+			if success {
 				r.Success++
 				sec.Success++
 				good := s.latency <= c.SLO
@@ -314,6 +359,7 @@ func summarize(c Config, offsets []time.Duration, samples []sample) *Result {
 	r.GoodputRPS = ratio(float64(r.Goodput), dur.Seconds())
 	r.ShedShare = ratio(float64(r.Shed), float64(r.Offered))
 	r.RetryAfterCoverage = ratio(float64(r.RetryAfterPresent), float64(r.RetryAfterEligible))
+	r.PushbackCoverage = ratio(float64(r.PushbackPresent), float64(r.Shed))
 	r.Valid, r.InvalidReason = true, ""
 	var reasons []string
 	if r.Offered == 0 {

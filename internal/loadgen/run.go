@@ -38,16 +38,30 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	target, err := parseTarget(c.Target)
-	if err != nil {
-		return nil, err
-	}
 	offsets, err := c.Schedule.Offsets()
 	if err != nil {
 		return nil, err
 	}
+	g := &generator{
+		c:       c,
+		urls:    map[string]*url.URL{},
+		samples: make([]sample, len(offsets)),
+		jobs:    make(chan job),
+	}
+	if c.GRPC != nil {
+		addr, err := parseGRPCTarget(c.Target)
+		if err != nil {
+			return nil, err
+		}
+		if g.grpc, err = newGRPCCaller(ctx, addr, *c.GRPC, c.MaxInFlight, c.Timeout); err != nil {
+			return nil, err
+		}
+		defer g.grpc.close()
+	} else if g.target, err = parseTarget(c.Target); err != nil {
+		return nil, err
+	}
 	client := c.Client
-	if client == nil {
+	if client == nil && g.grpc == nil {
 		tr := newTransport(c.MaxInFlight, c.Timeout)
 		defer tr.CloseIdleConnections()
 		client = &http.Client{
@@ -57,14 +71,7 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 			},
 		}
 	}
-	g := &generator{
-		c:       c,
-		client:  client,
-		target:  target,
-		urls:    map[string]*url.URL{},
-		samples: make([]sample, len(offsets)),
-		jobs:    make(chan job),
-	}
+	g.client = client
 	runCtx, cancel := context.WithTimeout(ctx, c.Schedule.Duration()+c.Timeout+stopGrace)
 	defer cancel()
 	start := time.Now()
@@ -133,6 +140,7 @@ type generator struct {
 	c        Config
 	client   *http.Client
 	target   *url.URL
+	grpc     *grpcCaller         // set in a gRPC run, which has no client and no target URL
 	urls     map[string]*url.URL // request path -> URL, used by the dispatcher only
 	samples  []sample
 	jobs     chan job // unbuffered: a send succeeds only when a worker is idle
@@ -200,8 +208,12 @@ func (g *generator) dispatch(ctx context.Context, start time.Time, offsets []tim
 	return len(offsets), peak
 }
 
-// resolve returns the URL of req, checking what Prepare returned.
+// resolve returns the URL of req, checking what Prepare returned. In a gRPC run the URL is
+// nil.
 func (g *generator) resolve(req Request) (*url.URL, error) {
+	if g.grpc != nil {
+		return nil, checkGRPCRequest(req)
+	}
 	if req.Method != "" && !validMethod(req.Method) {
 		return nil, fmt.Errorf("Request.Method: invalid method %q", req.Method)
 	}
@@ -240,7 +252,11 @@ func validMethod(m string) bool {
 func (g *generator) work(ctx context.Context, j job) {
 	defer g.wg.Done()
 	for {
-		g.send(ctx, j)
+		if g.grpc != nil {
+			g.grpc.send(ctx, g, j)
+		} else {
+			g.send(ctx, j)
+		}
 		g.inFlight.Add(-1)
 		var ok bool
 		if j, ok = <-g.jobs; !ok {

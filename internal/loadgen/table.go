@@ -54,7 +54,11 @@ func millis(d time.Duration) string {
 // WriteSummary writes a few lines describing one result for a human reader.
 func WriteSummary(w io.Writer, r *Result) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "target %s, %s schedule, timeout %s, SLO %s\n", r.Target, scheduleKind(r.Schedule), r.Timeout, r.SLO)
+	target := r.Target
+	if r.Protocol == "grpc" {
+		target = "gRPC " + WorkMethod + " on " + target
+	}
+	fmt.Fprintf(&b, "target %s, %s schedule, timeout %s, SLO %s\n", target, scheduleKind(r.Schedule), r.Timeout, r.SLO)
 	fmt.Fprintf(&b, "offered %d (%.1f rps over %s), sent %d, dropped %d, completed %d, timeouts %d, transport errors %d, canceled %d\n",
 		r.Offered, r.OfferedRPS, r.Duration, r.Sent, r.Dropped, r.Completed, r.Timeouts, r.TransportErrors, r.Canceled)
 	codes := make([]int, 0, len(r.Codes))
@@ -62,13 +66,32 @@ func WriteSummary(w io.Writer, r *Result) error {
 		codes = append(codes, c)
 	}
 	slices.Sort(codes)
-	b.WriteString("codes:")
-	for _, c := range codes {
-		fmt.Fprintf(&b, " %d=%d", c, r.Codes[c])
+	grpcRun := r.Protocol == "grpc"
+	if grpcRun {
+		b.WriteString("grpc-status:")
+		for _, c := range codes {
+			fmt.Fprintf(&b, " %s=%d", GRPCCodeName(c), r.Codes[c])
+		}
+		b.WriteString("\n")
+		fmt.Fprintf(&b, "goodput %d (%.1f rps), OK %d; shed %d (%.1f%% of offered):", r.Goodput, r.GoodputRPS, r.Success, r.Shed, 100*r.ShedShare)
+		shedCodes := make([]int, 0, len(r.ShedCodes))
+		for c := range r.ShedCodes {
+			shedCodes = append(shedCodes, c)
+		}
+		slices.Sort(shedCodes)
+		for _, c := range shedCodes {
+			fmt.Fprintf(&b, " %s=%d", GRPCCodeName(c), r.ShedCodes[c])
+		}
+		fmt.Fprintf(&b, "; grpc-retry-pushback-ms on %d of %d refusals, trailers-only %d of %d\n", r.PushbackPresent, r.Shed, r.TrailersOnly, r.Shed)
+	} else {
+		b.WriteString("codes:")
+		for _, c := range codes {
+			fmt.Fprintf(&b, " %d=%d", c, r.Codes[c])
+		}
+		b.WriteString("\n")
+		fmt.Fprintf(&b, "goodput %d (%.1f rps), success %d; shed %d (%.1f%% of offered), Retry-After on %d of %d 429/503\n",
+			r.Goodput, r.GoodputRPS, r.Success, r.Shed, 100*r.ShedShare, r.RetryAfterPresent, r.RetryAfterEligible)
 	}
-	b.WriteString("\n")
-	fmt.Fprintf(&b, "goodput %d (%.1f rps), success %d; shed %d (%.1f%% of offered), Retry-After on %d of %d 429/503\n",
-		r.Goodput, r.GoodputRPS, r.Success, r.Shed, 100*r.ShedShare, r.RetryAfterPresent, r.RetryAfterEligible)
 	l := r.AdmittedLatency
 	fmt.Fprintf(&b, "admitted %d, latency ms p50 %s p90 %s p99 %s p99.9 %s max %s; shed p99 %s ms\n",
 		r.Admitted, millis(l.P50), millis(l.P90), millis(l.P99), millis(l.P999), millis(l.Max), millis(r.ShedLatencyP99))

@@ -185,6 +185,7 @@ func Names() []string {
 	q := NewQuota(reg, func() (QuotaState, bool) { return QuotaState{Breaker: BreakerClosed, Replicas: 1}, true })
 	q.StoreErrors.WithLabelValues("take", "timeout")
 	q.Decisions.WithLabelValues("q", "store", "allowed")
+	NewSidecar(reg, func() SidecarState { return SidecarState{} })
 	mfs, err := reg.Gather()
 	if err != nil {
 		panic(err) // the metric definitions themselves are broken: a programming error

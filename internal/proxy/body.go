@@ -61,41 +61,38 @@ func prefetch(w http.ResponseWriter, r *http.Request, limit int64, timeout time.
 		size = r.ContentLength + 1 // one more byte shows the body really ends there
 	}
 	buf := getBuffer(int(size))
-	n, err := io.ReadFull(r.Body, buf[:size])
+	n, err := io.ReadFull(r.Body, *buf)
 	switch {
 	case err == io.ErrUnexpectedEOF || err == io.EOF:
 		// The whole body is here: the client owes nothing more.
 		r.Body.Close()
-		return newBufferedBody(buf, n), nil
+		b := &bufferedBody{buf: buf}
+		b.Reset((*buf)[:n])
+		return b, nil
 	case err != nil:
 		putBuffer(buf)
 		return nil, err
 	}
 	// Larger than the buffer: what arrived goes first, the rest streams.
-	return &prefixedBody{Reader: io.MultiReader(bytes.NewReader(buf[:n]), r.Body), body: r.Body, buf: buf}, nil
+	return &prefixedBody{Reader: io.MultiReader(bytes.NewReader((*buf)[:n]), r.Body), body: r.Body, buf: buf}, nil
 }
 
-// bufferedBody is a body read in full; Close returns its buffer (and its share of the response
-// buffer budget).
+// bufferedBody is a body read in full. Its buffer goes back to the pool once the forwarder is
+// done with it (heldBody); Close alone keeps it, since a reader may still hold the body.
 type bufferedBody struct {
 	bytes.Reader
-	buf    []byte
-	once   sync.Once
-	budget *budget
+	buf *[]byte
 }
 
-func newBufferedBody(buf []byte, n int) *bufferedBody {
-	b := &bufferedBody{buf: buf}
-	b.Reset(buf[:n])
-	return b
-}
+func (b *bufferedBody) Close() error { return nil }
 
-func (b *bufferedBody) Close() error {
-	b.once.Do(func() {
-		putBuffer(b.buf)
-		b.budget.give(int64(cap(b.buf)))
-	})
-	return nil
+// recycle returns the buffer; the body must not be read again.
+func (b *bufferedBody) recycle() {
+	if buf := b.buf; buf != nil {
+		b.buf = nil
+		b.Reset(nil)
+		putBuffer(buf)
+	}
 }
 
 // budget bounds the bytes held by buffered responses at once, whatever the clients do.
@@ -130,24 +127,32 @@ func (b *budget) give(n int64) {
 type prefixedBody struct {
 	io.Reader
 	body io.ReadCloser
-	buf  []byte
-	once sync.Once
+	buf  *[]byte
 }
 
-func (b *prefixedBody) Close() error {
-	b.once.Do(func() { putBuffer(b.buf) })
-	return b.body.Close()
+func (b *prefixedBody) Close() error { return b.body.Close() }
+
+// recycle returns the prefix's buffer; the body must not be read again.
+func (b *prefixedBody) recycle() {
+	if buf := b.buf; buf != nil {
+		b.buf = nil
+		putBuffer(buf)
+	}
 }
 
 // idleBody reads a streamed body with a deadline before each read: idle after the previous
 // read, never past the request's overall read limit. It reports the first error of the
 // client's body on the pass, so a failed forward is blamed on the client, not the upstream.
+// The transport may still call Read after the handler has returned; the deadline is then no
+// longer set (the server has the connection, or the HTTP/2 stream is gone).
 type idleBody struct {
 	io.ReadCloser
 	setDeadline func(time.Time) error
 	idle        time.Duration
 	limit       time.Time // zero: none
 	pass        *gate.Pass
+	mu          sync.Mutex
+	ended       bool
 }
 
 func (b *idleBody) Read(p []byte) (int, error) {
@@ -156,7 +161,11 @@ func (b *idleBody) Read(p []byte) (int, error) {
 		if !b.limit.IsZero() && b.limit.Before(d) {
 			d = b.limit
 		}
-		_ = b.setDeadline(d)
+		b.mu.Lock()
+		if !b.ended {
+			_ = b.setDeadline(d)
+		}
+		b.mu.Unlock()
 	}
 	n, err := b.ReadCloser.Read(p)
 	if err != nil && err != io.EOF {
@@ -165,30 +174,43 @@ func (b *idleBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// end is the handler's return: deadlines are not the body's to set any more.
+func (b *idleBody) end() {
+	b.mu.Lock()
+	b.ended = true
+	b.mu.Unlock()
+}
+
 // Buffers of the bodies read before admission and of buffered responses: one pool per size
-// class, so a small body takes a small buffer.
+// class, so a small body takes a small buffer. They travel by pointer, so that giving one back
+// allocates nothing.
 var bufferPools = [...]struct {
 	size int
 	pool sync.Pool
 }{{size: 4 << 10}, {size: 64 << 10}}
 
-func getBuffer(n int) []byte {
+// getBuffer returns a buffer of length n, pooled when n fits a size class.
+func getBuffer(n int) *[]byte {
 	for i := range bufferPools {
 		if p := &bufferPools[i]; n <= p.size {
 			if b, ok := p.pool.Get().(*[]byte); ok {
-				return (*b)[:n]
+				*b = (*b)[:n]
+				return b
 			}
-			return make([]byte, n, p.size)
+			b := make([]byte, n, p.size)
+			return &b
 		}
 	}
-	return make([]byte, n)
+	b := make([]byte, n)
+	return &b
 }
 
-func putBuffer(b []byte) {
+// putBuffer gives a buffer from getBuffer back.
+func putBuffer(b *[]byte) {
 	for i := range bufferPools {
-		if p := &bufferPools[i]; cap(b) == p.size {
-			b = b[:cap(b)]
-			p.pool.Put(&b)
+		if p := &bufferPools[i]; cap(*b) == p.size {
+			*b = (*b)[:cap(*b)]
+			p.pool.Put(b)
 			return
 		}
 	}
@@ -219,38 +241,3 @@ func (w *idleWriter) Flush() {
 }
 
 func (w *idleWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-// errAfter is a body that fails with err once its prefix is read: an upstream body that broke
-// while it was being buffered reaches the client exactly as far as it came.
-type errAfter struct{ err error }
-
-func (e errAfter) Read([]byte) (int, error) { return 0, e.err }
-
-// bufferResponse reads an upstream body of known length up to limit in full, while the budget
-// lasts, so that the upstream is done (and the permit can be released) before a slow client
-// reads it. It reports whether the body is complete; a body that failed half-way is handed on as
-// far as it came, then the failure.
-func bufferResponse(res *http.Response, limit int64, bud *budget) bool {
-	if res.Body == nil || res.Body == http.NoBody || res.Request.Method == http.MethodHead {
-		return true
-	}
-	if res.ContentLength < 0 || res.ContentLength > limit {
-		return false
-	}
-	buf := getBuffer(int(res.ContentLength))
-	if !bud.take(int64(cap(buf))) {
-		putBuffer(buf)
-		return false // every buffer is in use: this one streams under its permit
-	}
-	n, err := io.ReadFull(res.Body, buf)
-	res.Body.Close()
-	if err != nil {
-		bud.give(int64(cap(buf)))
-		res.Body = io.NopCloser(io.MultiReader(bytes.NewReader(buf[:n]), errAfter{err}))
-		return false
-	}
-	b := newBufferedBody(buf, len(buf))
-	b.budget = bud
-	res.Body = b
-	return true
-}

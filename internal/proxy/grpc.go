@@ -10,28 +10,6 @@ import (
 	"github.com/loadshed/loadshed/internal/gate"
 )
 
-// isGRPC reports a gRPC content type: application/grpc or application/grpc+<codec>, with any
-// parameters. gRPC-Web (application/grpc-web...) carries its trailers in the body over HTTP/1.1
-// and is plain HTTP to the proxy.
-func isGRPC(contentType string) bool {
-	ct, _, _ := strings.Cut(contentType, ";")
-	ct = strings.TrimSpace(ct)
-	if len(ct) < 16 || !strings.EqualFold(ct[:16], "application/grpc") {
-		return false
-	}
-	return len(ct) == 16 || ct[16] == '+'
-}
-
-// gRPC status codes the proxy answers with itself.
-const (
-	grpcCanceled          = 1
-	grpcInvalidArgument   = 3
-	grpcDeadlineExceeded  = 4
-	grpcResourceExhausted = 8
-	grpcInternal          = 13
-	grpcUnavailable       = 14
-)
-
 // writeGRPCStatus answers a gRPC call with a trailers-only response: HTTP 200, content-type
 // application/grpc, grpc-status and a percent-encoded grpc-message in one HEADERS frame that
 // ends the stream, and no content-length. pushback, when set, is grpc-retry-pushback-ms.
@@ -80,16 +58,6 @@ func encodeGRPCMessage(s string) string {
 	return b.String()
 }
 
-// grpcStatusOf reads a grpc-status value; a missing or malformed one is INTERNAL (the upstream
-// broke the protocol).
-func grpcStatusOf(v string) int {
-	n, err := strconv.Atoi(strings.TrimSpace(v))
-	if err != nil || n < 0 || n > 16 {
-		return grpcInternal
-	}
-	return n
-}
-
 // grpcBody watches a gRPC response body: when it ends, the call's final grpc-status is in the
 // trailers, and the call ends there (its permit goes back, its outcome is that status).
 type grpcBody struct {
@@ -103,7 +71,7 @@ func (b *grpcBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if err == io.EOF && !b.ended {
 		b.ended = true
-		b.pass.CallEnded(grpcStatusOf(b.res.Trailer.Get("Grpc-Status")), time.Now())
+		b.pass.CallEnded(gate.GRPCStatus(b.res.Trailer.Get("Grpc-Status")), time.Now())
 	}
 	return n, err
 }

@@ -29,15 +29,3 @@ func FuzzGRPCMessage(f *testing.F) {
 		}
 	})
 }
-
-func TestIsGRPC(t *testing.T) {
-	for ct, want := range map[string]bool{
-		"application/grpc": true, "application/grpc+proto": true, "Application/GRPC; charset=utf-8": true,
-		"application/grpc-web": false, "application/grpc-web+proto": false, "application/grpcx": false,
-		"application/json": false, "": false,
-	} {
-		if got := isGRPC(ct); got != want {
-			t.Errorf("%q: %v, want %v", ct, got, want)
-		}
-	}
-}

@@ -5,13 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
-	"net/http/httputil"
 	"net/url"
-	"strconv"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -23,11 +18,12 @@ import (
 // handler is the HTTP front door: it turns a request into the gate's plain values, answers the
 // gate's refusals, and forwards what the gate admits through the reverse proxy.
 type handler struct {
-	gate     *gate.Gate
-	log      *slog.Logger
-	proxy    *httputil.ReverseProxy
-	upstream atomic.Pointer[url.URL] // the configured upstream, replaced on reload
-	draining atomic.Bool             // answers say Connection: close
+	gate *gate.Gate
+	log  *slog.Logger
+	// transport carries requests to the upstream.
+	transport http.RoundTripper
+	upstream  atomic.Pointer[url.URL] // the configured upstream, replaced on reload
+	draining  atomic.Bool             // answers say Connection: close
 
 	// Fixed at start (server settings).
 	maxBody     int64
@@ -47,7 +43,7 @@ func newHandler(g *gate.Gate, cfg *config.Config, log *slog.Logger) *handler {
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	grpc := isGRPC(r.Header.Get("Content-Type"))
+	grpc := gate.IsGRPC(r.Header.Get("Content-Type"))
 	door := metrics.DoorHTTP
 	if grpc {
 		door = metrics.DoorGRPC
@@ -91,6 +87,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Peer: r.RemoteAddr, ContentLength: r.ContentLength,
 	}, nil)
 	if err != nil {
+		if b, ok := r.Body.(*bufferedBody); ok {
+			b.recycle() // read before admission, never forwarded
+		}
 		h.refuse(w, err, grpc)
 		return
 	}
@@ -108,6 +107,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			b := &idleBody{ReadCloser: r.Body, idle: h.bodyTimeout, limit: readLimit, pass: pass}
 			if d, ok := w.(interface{ SetReadDeadline(time.Time) error }); ok && !streaming {
 				b.setDeadline = d.SetReadDeadline
+				defer b.end()
 			}
 			r.Body = b
 		}
@@ -140,7 +140,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel = context.WithDeadline(ctx, dl)
 		defer cancel()
 	}
-	h.proxy.ServeHTTP(&idleWriter{ResponseWriter: w, idle: h.writeIdle}, r.WithContext(ctx))
+	h.forward(w, r, pass, ctx)
 }
 
 func hasBody(r *http.Request) bool {
@@ -172,14 +172,7 @@ func (h *handler) bodyFailed(w http.ResponseWriter, r *http.Request, door string
 // matching grpc-status.
 func (h *handler) clientError(w http.ResponseWriter, code int, msg string, grpc bool) {
 	if grpc {
-		g := grpcInvalidArgument
-		switch code {
-		case http.StatusRequestTimeout:
-			g = grpcDeadlineExceeded
-		case http.StatusRequestEntityTooLarge:
-			g = grpcResourceExhausted
-		}
-		writeGRPCStatus(w, g, msg, "", "")
+		writeGRPCStatus(w, gate.ClientGRPCCode(code), msg, "", "")
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -209,15 +202,11 @@ func (h *handler) refuse(w http.ResponseWriter, err error, grpc bool) {
 	var bad *gate.ClientError
 	switch {
 	case errors.As(err, &rej) && grpc:
-		writeGRPCStatus(w, rej.GRPCCode, "loadshed: "+string(rej.Reason), rej.PushbackMillis(), string(rej.Reason))
+		writeGRPCStatus(w, rej.GRPCCode, rej.GRPCMessage(), rej.PushbackMillis(), string(rej.Reason))
 	case errors.As(err, &rej):
 		hdr := w.Header()
-		hdr.Set("Content-Type", "text/plain; charset=utf-8")
-		hdr.Set("X-Content-Type-Options", "nosniff")
-		hdr.Set("Cache-Control", "no-store")
-		hdr.Set("X-Loadshed-Reason", string(rej.Reason))
-		if v := rej.RetryAfterHeader(); v != "" {
-			hdr.Set("Retry-After", v)
+		for _, f := range rej.Headers(false) {
+			hdr.Set(f.Name, f.Value)
 		}
 		w.WriteHeader(rej.Status)
 		fmt.Fprintf(w, "%d %s: %s\n", rej.Status, http.StatusText(rej.Status), rej.Reason)
@@ -225,175 +214,11 @@ func (h *handler) refuse(w http.ResponseWriter, err error, grpc bool) {
 		h.clientError(w, http.StatusRequestEntityTooLarge, bad.Error(), grpc)
 	case errors.As(err, &bad):
 		if grpc {
-			writeGRPCStatus(w, grpcInvalidArgument, bad.Error(), "", "")
+			writeGRPCStatus(w, gate.GRPCInvalidArgument, bad.Error(), "", "")
 			return
 		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.WriteHeader(http.StatusBadRequest)
 		fmt.Fprintf(w, "400 Bad Request: %s\n", bad)
 	}
-}
-
-// newReverseProxy builds the forwarding half. Rewrite (not Director) pins every request to the
-// configured upstream whatever its URL or Host says; hop-by-hop headers are removed by
-// httputil; forwarding headers are replaced unless the configuration trusts them.
-func (h *handler) newReverseProxy(transport http.RoundTripper) *httputil.ReverseProxy {
-	return &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			cfg := h.gate.Config()
-			if cfg.TrustForwardedHeaders {
-				// Keep what a trusted ingress said, then append this hop.
-				if v := pr.In.Header.Values("X-Forwarded-For"); len(v) > 0 {
-					pr.Out.Header["X-Forwarded-For"] = append([]string(nil), v...)
-				}
-			}
-			pr.SetURL(h.upstream.Load())
-			pr.SetXForwarded()
-			if cfg.TrustForwardedHeaders {
-				if v := pr.In.Header.Get("X-Forwarded-Proto"); v != "" {
-					pr.Out.Header.Set("X-Forwarded-Proto", v)
-				}
-				if v := pr.In.Header.Get("X-Forwarded-Host"); v != "" {
-					pr.Out.Header.Set("X-Forwarded-Host", v)
-				}
-			}
-			if cfg.PreserveHost {
-				pr.Out.Host = pr.In.Host
-			}
-			if pass := gate.PassFrom(pr.In.Context()); pass != nil {
-				for _, name := range pass.StripHeaders() {
-					pr.Out.Header.Del(name)
-				}
-				now := time.Now()
-				pass.Forwarding(now)
-				if dl := pass.ClientDeadline(); !dl.IsZero() {
-					// Forward the remaining deadline, so the upstream can give up in time too.
-					left := max(dl.Sub(now), time.Millisecond).Truncate(time.Millisecond)
-					if name := pass.TimeoutHeader(); name != "" {
-						pr.Out.Header.Set(name, left.String())
-					}
-					if pass.GRPCTimeout() {
-						pr.Out.Header.Set("Grpc-Timeout", strconv.FormatInt(left.Milliseconds(), 10)+"m")
-					}
-				}
-			}
-		},
-		Transport: transport,
-		ModifyResponse: func(res *http.Response) error {
-			pass := gate.PassFrom(res.Request.Context())
-			if pass == nil {
-				return nil
-			}
-			now := time.Now()
-			if isGRPC(res.Request.Header.Get("Content-Type")) && res.StatusCode == http.StatusOK {
-				// A gRPC call ends with its grpc-status: in the headers of a trailers-only answer,
-				// else in the trailers after the last message.
-				pass.Responded(res.StatusCode, now, pass.Streaming())
-				switch {
-				case res.Header.Get("Grpc-Status") != "":
-					pass.CallEnded(grpcStatusOf(res.Header.Get("Grpc-Status")), now)
-				case pass.Streaming():
-					pass.Complete()
-				default:
-					res.Body = &grpcBody{ReadCloser: res.Body, res: res, pass: pass}
-				}
-				return nil
-			}
-			// Upgrades (WebSocket) and event streams are streams: their permit goes back as they
-			// start, and their duration is no sample.
-			stream := pass.Streaming() || res.StatusCode == http.StatusSwitchingProtocols || isStream(res.Header.Get("Content-Type"))
-			pass.Responded(res.StatusCode, now, stream)
-			switch {
-			case stream:
-				pass.Complete()
-			case h.respBuffer > 0 && bufferResponse(res, h.respBuffer, h.respBudget):
-				// The upstream is done: the permit goes back now, not when a slow client has
-				// read the answer.
-				pass.Complete()
-			}
-			return nil
-		},
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			pass := gate.PassFrom(r.Context())
-			fail := func(outcome string, status int) {
-				if pass != nil {
-					pass.Failed(outcome, status)
-				}
-			}
-			grpc := isGRPC(r.Header.Get("Content-Type"))
-			if r.Context().Err() != nil && !errors.Is(r.Context().Err(), context.DeadlineExceeded) {
-				// The client went away, or its body stopped at server.readTimeout (net/http cancels
-				// the context on a read error). A departed client never sees this answer; a slow
-				// one must not get the empty 200 net/http would send if nothing were written.
-				fail(metrics.OutcomeCanceled, 0)
-				if grpc {
-					writeGRPCStatus(w, grpcCanceled, "request canceled", "", "")
-					return
-				}
-				w.Header().Set("Connection", "close")
-				w.WriteHeader(http.StatusRequestTimeout)
-				return
-			}
-			var bodyErr error
-			if pass != nil {
-				bodyErr = pass.BodyError()
-			}
-			var tooBig *http.MaxBytesError
-			if errors.As(err, &tooBig) || errors.As(bodyErr, &tooBig) {
-				// A streamed (chunked) body outgrew server.maxBodyBytes: the client's fault.
-				fail(metrics.OutcomeClientError, http.StatusRequestEntityTooLarge)
-				h.clientError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes", tooBig.Limit), grpc)
-				return
-			}
-			switch classifyBodyError(bodyErr, false) {
-			case bodyMalformed:
-				// The client's body broke its own framing: its error, never the upstream's.
-				fail(metrics.OutcomeClientError, http.StatusBadRequest)
-				h.clientError(w, http.StatusBadRequest, "malformed request body", grpc)
-				return
-			case bodySlow, bodyGone:
-				fail(metrics.OutcomeCanceled, 0)
-				h.clientError(w, http.StatusRequestTimeout, "", grpc)
-				return
-			}
-			code, outcome := http.StatusBadGateway, metrics.OutcomeUpstreamError
-			var ne net.Error
-			if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
-				code, outcome = http.StatusGatewayTimeout, metrics.OutcomeUpstreamTimeout
-			}
-			fail(outcome, code)
-			h.log.Debug("upstream failed", "err", err, "status", code)
-			if grpc {
-				// Never confused with a shed: no pushback, no X-Loadshed-Reason.
-				g := grpcUnavailable
-				if code == http.StatusGatewayTimeout {
-					g = grpcDeadlineExceeded
-				}
-				writeGRPCStatus(w, g, "upstream "+strings.ReplaceAll(outcome, "_", " "), "", "")
-				return
-			}
-			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-			w.WriteHeader(code)
-			fmt.Fprintf(w, "%d %s: upstream %s\n", code, http.StatusText(code), strings.ReplaceAll(outcome, "_", " "))
-		},
-		ErrorLog:   slog.NewLogLogger(h.log.Handler(), slog.LevelDebug),
-		BufferPool: copyBuffers{},
-	}
-}
-
-// copyBuffers recycles the response-copy buffers (httputil allocates 32 KiB per response
-// without a pool, which under load is most of the proxy's garbage).
-type copyBuffers struct{}
-
-var copyBufferPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
-
-func (copyBuffers) Get() []byte  { return *copyBufferPool.Get().(*[]byte) }
-func (copyBuffers) Put(b []byte) { copyBufferPool.Put(&b) }
-
-// isStream reports an event stream: a long-lived response whose duration is not a latency
-// sample. (A gRPC call is a sample unless its route is streaming or it outlives
-// grpc.streamAfter.)
-func isStream(contentType string) bool {
-	ct, _, _ := strings.Cut(contentType, ";")
-	return strings.EqualFold(strings.TrimSpace(ct), "text/event-stream")
 }

@@ -5,6 +5,7 @@ import (
 	"net/http/httptest"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -34,6 +35,10 @@ func newProxy(t testing.TB, yaml string, opts Options) *running {
 	}
 	if opts.Registry == nil {
 		opts.Registry = prometheus.NewRegistry()
+	}
+	if opts.SelfLoad == nil {
+		// Clients, proxy and upstream share this process: its load is not the proxy's.
+		opts.SelfLoad = idleSelf{}
 	}
 	s, err := New(cfg, opts)
 	if err != nil {
@@ -82,3 +87,9 @@ func (r *running) stop() error {
 func (r *running) shutdown() { r.cancel() }
 
 func (r *running) wait() error { return r.stop() }
+
+// idleSelf is a proxy that never finds itself short of CPU.
+type idleSelf struct{}
+
+func (idleSelf) Delay() time.Duration { return 0 }
+func (idleSelf) Shed() float64        { return 0 }

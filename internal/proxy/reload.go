@@ -23,7 +23,9 @@ var errNoConfigFile = errors.New("no configuration file to reload")
 // admission configuration are unchanged keep their state; replaced policies finish serving
 // what they hold. An invalid configuration is rejected, logged with every field that is wrong
 // and counted in loadshed_config_reloads_total{result="failure"}; the running one stays.
-// Addresses and upstreamTimeout are fixed at start; a change to them is reported and ignored.
+// Addresses (extProc.listen too) and upstreamTimeout are fixed at start; a change to them is
+// reported and ignored. The other doors read the configuration from the gate, so a reload reaches
+// them too (extProc's timeouts included).
 func (s *Server) Reload() error {
 	if s.configPath == "" {
 		return errNoConfigFile
@@ -58,11 +60,25 @@ func (s *Server) Reload() error {
 }
 
 func (s *Server) apply(data []byte) error {
-	cfg, err := config.ParseWith(data, s.overrides)
+	old := s.gate.Config()
+	extProcMoved := false
+	cfg, err := config.ParseWith(data, func(c *config.Config) {
+		if s.overrides != nil {
+			s.overrides(c)
+		}
+		// The ext_proc server keeps its address; the rest of the file is validated against it
+		// (whether its queues fit Envoy's timeouts).
+		if c.ExtProc.Listen != old.ExtProc.Listen {
+			extProcMoved = true
+			c.ExtProc.Listen = old.ExtProc.Listen
+		}
+	})
 	if err != nil {
 		return err
 	}
-	old := s.gate.Config()
+	if extProcMoved {
+		s.log.Warn("extProc.listen applies at the next restart; keeping the running value")
+	}
 	if cfg.Listen != old.Listen || cfg.AdminListen != old.AdminListen || cfg.UpstreamTimeout != old.UpstreamTimeout || cfg.Server != old.Server {
 		s.log.Warn("listen, adminListen, upstreamTimeout and server settings apply at the next restart; keeping the running values")
 		cfg.Listen, cfg.AdminListen, cfg.UpstreamTimeout, cfg.Server = old.Listen, old.AdminListen, old.UpstreamTimeout, old.Server

@@ -3,6 +3,7 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -21,6 +22,7 @@ import (
 	"github.com/loadshed/loadshed/internal/config"
 	"github.com/loadshed/loadshed/internal/gate"
 	"github.com/loadshed/loadshed/internal/metrics"
+	"github.com/loadshed/loadshed/internal/selfload"
 )
 
 // Options are the collaborators of a Server.
@@ -35,6 +37,16 @@ type Options struct {
 	Overrides func(*config.Config)
 	// MaxConfigBytes caps the configuration file read on a reload (default config.MaxFileBytes).
 	MaxConfigBytes int64
+	// Doors are the front doors served beside the data port, over the same gate (extproc.Open,
+	// Envoy's external processor); each opens when the configuration asks for it.
+	Doors []gate.OpenDoor
+	// SelfLoad replaces the proxy's watch on its own CPU (default: internal/selfload on this
+	// process). Tests that run clients, proxy and upstream in one process set it: that
+	// process's load is not the proxy's.
+	SelfLoad gate.SelfLoad
+	// ReplicaID names this replica among those sharing a quota store (clients.store): the pod's
+	// name. Empty: the host name and a random suffix.
+	ReplicaID string
 }
 
 // Server is a running proxy.
@@ -46,10 +58,13 @@ type Server struct {
 	draining atomic.Bool
 
 	data, admin     *http.Server
-	dataLn, adminLn net.Listener
+	dataLn, adminLn net.Listener // no dataLn: the other doors only (listen is empty)
+	openDoors       []gate.OpenDoor
+	doors           []gate.Door
 	conns           *connTracker
 	transport       *upstreamTransport
 	certs           *certReloader // nil without tls
+	self            *selfload.Monitor
 
 	configPath      string
 	overrides       func(*config.Config)
@@ -63,7 +78,7 @@ type Server struct {
 // New builds a proxy for cfg (which must be valid) without listening yet.
 func New(cfg *config.Config, opts Options) (*Server, error) {
 	s := &Server{reg: opts.Registry, log: opts.Logger, configPath: opts.ConfigPath, overrides: opts.Overrides,
-		maxConfigBytes: opts.MaxConfigBytes}
+		maxConfigBytes: opts.MaxConfigBytes, openDoors: opts.Doors}
 	if s.maxConfigBytes <= 0 {
 		s.maxConfigBytes = config.MaxFileBytes
 	}
@@ -76,27 +91,50 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	if s.log == nil {
 		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	g, err := gate.New(cfg, gate.Options{Registerer: s.reg})
+	self := opts.SelfLoad
+	if self == nil {
+		sat := cfg.Server.Saturation
+		s.self = selfload.New(selfload.Config{SaturatedAbove: sat.Above.D(), ShedAbove: sat.ShedAbove.D()}, selfload.Source{})
+		self = s.self
+	}
+	metrics.NewSidecar(s.reg, func() metrics.SidecarState {
+		if s.self == nil {
+			return metrics.SidecarState{Delay: self.Delay().Seconds(), Shed: self.Shed()}
+		}
+		r := s.self.Last()
+		return metrics.SidecarState{Delay: r.Delay.Seconds(), Saturated: r.Saturated, Shed: r.Shed, Throttled: r.Throttled}
+	})
+	g, err := gate.New(cfg, gate.Options{Registerer: s.reg, Self: self, Logger: s.log, ReplicaID: opts.ReplicaID})
 	if err != nil {
 		return nil, err
 	}
 	s.gate = g
 	s.h = newHandler(g, cfg, s.log)
 	if err := s.h.setUpstream(cfg.Upstream); err != nil {
+		g.Close()
 		return nil, err
 	}
 	s.transport = newUpstreamTransport(cfg)
-	s.h.proxy = s.h.newReverseProxy(s.transport)
+	s.h.transport = s.transport
 	if cfg.TLS != nil {
 		if s.certs, err = newCertReloader(cfg.TLS.CertFile, cfg.TLS.KeyFile, s.log); err != nil {
+			g.Close()
 			return nil, err
 		}
 	}
 	return s, nil
 }
 
+// Close releases what New acquired (the quota store's connections, and this replica's place in
+// the store's count of replicas) for a server that is not served: Serve releases it itself when
+// it returns.
+func (s *Server) Close() error { return s.gate.Close() }
+
 // StageStates reports every strategy stage's current state (what the gauges show).
 func (s *Server) StageStates() []metrics.StageState { return s.gate.StageStates() }
+
+// QuotaState reports the quota store's state (what its gauges show); false without a store.
+func (s *Server) QuotaState() (metrics.QuotaState, bool) { return s.gate.QuotaState() }
 
 // Handler returns the data-port handler (for tests that serve it themselves).
 func (s *Server) Handler() http.Handler { return s.h }
@@ -118,34 +156,66 @@ func (s *Server) AdminHandler() http.Handler {
 	return mux
 }
 
-// Listen opens the data and admin listeners (":0" picks free ports; see Addrs).
+// Listen opens the data and admin listeners, and those of the other doors the configuration
+// asks for (":0" picks free ports; see Addrs and Doors).
 func (s *Server) Listen() error {
 	cfg := s.gate.Config()
-	var err error
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("listen: %w", err)
-	}
 	s.conns = newConnTracker(cfg.Server.MaxConnections, cfg.Server.MaxConnectionsPerSource)
-	s.dataLn = s.conns.listener(ln)
+	if cfg.Listen != "" {
+		ln, err := net.Listen("tcp", cfg.Listen)
+		if err != nil {
+			return fmt.Errorf("listen: %w", err)
+		}
+		s.dataLn = s.conns.listener(ln)
+	}
+	var err error
 	if s.adminLn, err = net.Listen("tcp", cfg.AdminListen); err != nil {
-		s.dataLn.Close()
+		s.closeListeners()
 		return fmt.Errorf("adminListen: %w", err)
+	}
+	for _, open := range s.openDoors {
+		d, err := open(s.gate, gate.DoorOptions{Registerer: s.reg, Logger: s.log})
+		if err != nil {
+			s.closeListeners()
+			return err
+		}
+		if d != nil {
+			s.doors = append(s.doors, d)
+		}
 	}
 	return nil
 }
 
-// Addrs returns the bound data and admin addresses after Listen.
-func (s *Server) Addrs() (data, admin string) {
-	return s.dataLn.Addr().String(), s.adminLn.Addr().String()
+func (s *Server) closeListeners() {
+	for _, ln := range []net.Listener{s.dataLn, s.adminLn} {
+		if ln != nil {
+			ln.Close()
+		}
+	}
+	for _, d := range s.doors {
+		d.Close()
+	}
 }
+
+// Addrs returns the bound data and admin addresses after Listen (data is empty when the
+// configuration has no data port).
+func (s *Server) Addrs() (data, admin string) {
+	if s.dataLn != nil {
+		data = s.dataLn.Addr().String()
+	}
+	return data, s.adminLn.Addr().String()
+}
+
+// Doors returns the other doors opened by Listen.
+func (s *Server) Doors() []gate.Door { return s.doors }
 
 // Serve runs until ctx ends, then shuts down gracefully: /readyz fails at once; serving goes on
 // for the drain delay; then the data listener closes, in-flight requests finish, queued requests
 // whose turn comes within the grace period are served and the rest refused with 503; finally
-// the admin listener closes. It returns nil after a clean shutdown.
+// the admin listener closes, and the quota store with it. It returns nil after a clean shutdown.
 func (s *Server) Serve(ctx context.Context) error {
-	if s.dataLn == nil {
+	defer s.gate.Close() // last: every request has been answered
+	if s.adminLn == nil {
 		if err := s.Listen(); err != nil {
 			return err
 		}
@@ -173,10 +243,21 @@ func (s *Server) Serve(ctx context.Context) error {
 		ReadTimeout:       10 * time.Second,
 		IdleTimeout:       60 * time.Second,
 	}
-	errc := make(chan error, 2)
-	go func() { errc <- serveErr("data", serveData()) }()
+	errc := make(chan error, 2+len(s.doors))
+	listen := "" // none: the other doors only
+	if s.dataLn != nil {
+		listen = s.dataLn.Addr().String()
+		go func() { errc <- serveErr("data", serveData()) }()
+	}
 	go func() { errc <- serveErr("admin", s.admin.Serve(s.adminLn)) }()
-	s.log.Info("serving", "listen", s.dataLn.Addr().String(), "admin", s.adminLn.Addr().String(),
+	for _, d := range s.doors {
+		go func() {
+			if err := d.Serve(); err != nil {
+				errc <- fmt.Errorf("%s listener: %w", d.Addr(), err)
+			}
+		}()
+	}
+	s.log.Info("serving", "listen", listen, "admin", s.adminLn.Addr().String(),
 		"upstream", cfg.Upstream, "strategy", cfg.Admission.Strategy)
 
 	if s.configPath != "" {
@@ -184,10 +265,18 @@ func (s *Server) Serve(ctx context.Context) error {
 		defer stopWatch()
 		go s.watch(watchCtx)
 	}
+	if s.self != nil {
+		selfCtx, stopSelf := context.WithCancel(context.WithoutCancel(ctx))
+		defer stopSelf() // (watching on through the drain: the drain is load too)
+		go s.self.Run(selfCtx, selfload.Tick)
+	}
 	select {
 	case err := <-errc:
 		s.data.Close()
 		s.admin.Close()
+		for _, d := range s.doors {
+			d.Close()
+		}
 		return err
 	case <-ctx.Done():
 	}
@@ -250,10 +339,21 @@ func (s *Server) shutdown() error {
 	// In-flight requests are bounded by the upstream timeout; past that, the connections close.
 	hard, cancel := context.WithTimeout(context.Background(), grace+cfg.UpstreamTimeout.D()+5*time.Second)
 	defer cancel()
+	// The other doors stop accepting at the same moment and finish their admitted exchanges too.
+	doorErrs := make(chan error, len(s.doors))
+	for _, d := range s.doors {
+		go func() { doorErrs <- d.Shutdown(hard) }()
+	}
 	err := s.data.Shutdown(hard)
 	if err != nil {
 		s.log.Warn("in-flight requests did not finish in time; closing", "err", err)
 		s.data.Close()
+	}
+	for range s.doors {
+		if derr := <-doorErrs; derr != nil {
+			s.log.Warn("a door's admitted exchanges did not finish in time; closed", "err", derr)
+			err = cmp.Or(err, derr)
+		}
 	}
 	s.transport.CloseIdleConnections()
 	adminCtx, cancelAdmin := context.WithTimeout(context.Background(), 2*time.Second)

@@ -62,7 +62,7 @@ func newUpstreamTransport(cfg *config.Config) *upstreamTransport {
 
 func (u *upstreamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	proto := 0
-	if u.mode == config.UpstreamH2C || (u.mode == config.UpstreamAuto && isGRPC(req.Header.Get("Content-Type"))) {
+	if u.mode == config.UpstreamH2C || (u.mode == config.UpstreamAuto && gate.IsGRPC(req.Header.Get("Content-Type"))) {
 		proto = 1
 		if req.URL.Scheme == "https" {
 			proto = 2

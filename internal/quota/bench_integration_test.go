@@ -6,13 +6,15 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/loadshed/loadshed/internal/quota/quotatest"
 )
 
 // BenchmarkSharedCheckRedis: a shared limiter deciding through redis-server on loopback, one
 // caller at a time and many in parallel (GOMAXPROCS x 8 callers over the pool).
 func BenchmarkSharedCheckRedis(b *testing.B) {
-	r := startRedis(b)
-	s, err := NewStore(RedisConfig{Addr: r.addr(), Timeout: time.Second})
+	r := quotatest.Start(b)
+	s, err := NewStore(RedisConfig{Addr: r.Addr(), Timeout: time.Second})
 	if err != nil {
 		b.Fatal(err)
 	}

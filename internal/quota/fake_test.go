@@ -2,27 +2,11 @@ package quota
 
 import (
 	"context"
-	"math"
 	"sync"
 	"time"
 
 	"github.com/loadshed/loadshed/pkg/admission/admissiontest"
 )
-
-// gcraStep is the algorithm of gcraScript in Go, the model both the fake backend and the
-// script's tests use: tat is the stored theoretical arrival time (0: none), all times in
-// microseconds.
-func gcraStep(tat, now, interval float64, burst, cost int64) (v verdict, newTAT float64) {
-	tat = max(tat, now)
-	next := tat + float64(cost)*interval
-	allowAt := next - float64(burst)*interval
-	if allowAt > now {
-		return verdict{retryAfter: usec(math.Ceil(allowAt - now)), resetAfter: usec(math.Ceil(tat - now))}, 0
-	}
-	return verdict{allowed: true, remaining: int64(math.Floor((now - allowAt) / interval)), resetAfter: usec(math.Ceil(next - now))}, next
-}
-
-func usec(f float64) time.Duration { return time.Duration(f) * time.Microsecond }
 
 // fakeBackend is a model of the Redis backend for unit tests: GCRA on the fake clock, a
 // replica count, and failures on demand.

@@ -2,7 +2,6 @@ package quota
 
 import (
 	"context"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -139,10 +138,7 @@ func (l *Shared) local() (*admission.ClientLimits, error) {
 	if f := l.fb.Load(); f != nil && f.n == n {
 		return f.limits, nil
 	}
-	c := l.q.Limits
-	c.Rate /= float64(n)
-	c.Burst = max(1, int(math.Ceil(float64(c.Burst)/float64(n))))
-	lim, err := admission.NewClientLimits(c)
+	lim, err := admission.NewClientLimits(FallbackLimits(l.q.Limits, n))
 	if err != nil {
 		return nil, err
 	}

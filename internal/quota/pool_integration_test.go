@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/loadshed/loadshed/internal/quota/quotatest"
 )
 
 // TestFullPoolWaitsNoLongerThanTheTimeout: a pool of 2 connections to a Redis whose network
@@ -17,19 +19,19 @@ import (
 // comes; the others wait for a connection that is never freed. Neither waits longer than the
 // store timeout, the goroutines stay bounded, and all of them end when the store closes.
 func TestFullPoolWaitsNoLongerThanTheTimeout(t *testing.T) {
-	r := startRedis(t)
-	p := newStallProxy(t, r.addr())
-	base := goroutines()
-	cfg := RedisConfig{Addr: p.addr(), PoolSize: 2}.withDefaults()
+	r := quotatest.Start(t)
+	p := quotatest.NewStallProxy(t, r.Addr())
+	base := quotatest.Goroutines()
+	cfg := RedisConfig{Addr: p.Addr(), PoolSize: 2}.withDefaults()
 	rs := newReplicas(t, 1, cfg, testQuota(), func(o *options) { o.timing.threshold = 1 << 30 })
 	rs.waitCounted(t, 1)
-	p.stall()
+	p.Stall()
 
 	const callers = 64
-	lat := &latencies{}
+	lat := &quotatest.Latencies{}
 	var mu sync.Mutex
-	var timedCalls []timedCall
-	mon := startStallMonitor()
+	var timedCalls []quotatest.Call
+	mon := quotatest.StartStallMonitor()
 	peak := 0
 	for range 10 {
 		var wg sync.WaitGroup
@@ -44,18 +46,18 @@ func TestFullPoolWaitsNoLongerThanTheTimeout(t *testing.T) {
 					t.Errorf("refused %v: the local fallback has room for every key", r)
 				}
 				took := time.Since(t0)
-				lat.add(took)
+				lat.Add(took)
 				mu.Lock()
-				timedCalls = append(timedCalls, timedCall{t0, took})
+				timedCalls = append(timedCalls, quotatest.Call{Start: t0, Took: took})
 				mu.Unlock()
 			}()
 		}
 		close(start)
 		time.Sleep(cfg.Timeout / 2)
-		peak = max(peak, goroutines())
+		peak = max(peak, quotatest.Goroutines())
 		wg.Wait()
 	}
-	mon.end()
+	mon.End()
 	pool := testutil.ToFloat64(rs.stores[0].m.StoreErrors.WithLabelValues("take", "pool_timeout"))
 	timeouts := testutil.ToFloat64(rs.stores[0].m.StoreErrors.WithLabelValues("take", "timeout"))
 	t.Logf("FIGURE full pool: %d callers x 10 on 2 stalled connections: %s; errors pool_timeout %.0f timeout %.0f; goroutines %d before, peak %d",
@@ -69,10 +71,10 @@ func TestFullPoolWaitsNoLongerThanTheTimeout(t *testing.T) {
 	if limit := base + callers + cfg.PoolSize + 8; peak > limit {
 		t.Errorf("%d goroutines at the peak, want at most %d", peak, limit)
 	}
-	p.flow()
+	p.Flow()
 	rs.close()
-	p.close()
-	if got := settledGoroutines(base, 5*time.Second); got > base {
-		t.Errorf("%d goroutines after closing, %d before\n%s", got, base, goroutineDump())
+	p.Close()
+	if got := quotatest.SettledGoroutines(base, 5*time.Second); got > base {
+		t.Errorf("%d goroutines after closing, %d before\n%s", got, base, quotatest.GoroutineDump())
 	}
 }

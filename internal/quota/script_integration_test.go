@@ -10,11 +10,13 @@ import (
 
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/loadshed/loadshed/internal/quota/quotatest"
 )
 
-func testBackend(t *testing.T, r *redisServer) *redisBackend {
+func testBackend(t *testing.T, r *quotatest.Server) *redisBackend {
 	t.Helper()
-	uo, err := clientOptions(RedisConfig{Addr: r.addr(), Timeout: time.Second}.withDefaults())
+	uo, err := clientOptions(RedisConfig{Addr: r.Addr(), Timeout: time.Second}.withDefaults())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +29,7 @@ func testBackend(t *testing.T, r *redisServer) *redisBackend {
 // exactly, for float rates, costs up to and above the burst, refusals that store nothing and
 // keys that expire.
 func TestScriptIsTheModel(t *testing.T) {
-	r := startRedis(t)
+	r := quotatest.Start(t)
 	b := testBackend(t, r)
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -72,7 +74,7 @@ func TestScriptIsTheModel(t *testing.T) {
 // and reset-after within the time between the two calls. Periods of minutes and hours keep
 // the two calls, a fraction of a millisecond apart, on the same side of every boundary.
 func TestScriptMatchesRedisRate(t *testing.T) {
-	r := startRedis(t)
+	r := quotatest.Start(t)
 	b := testBackend(t, r)
 	ctx := context.Background()
 	rr := redis_rate.NewLimiter(b.c)

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/loadshed/loadshed/internal/metrics"
+	"github.com/loadshed/loadshed/internal/quota/quotatest"
 	"github.com/loadshed/loadshed/pkg/admission"
 )
 
@@ -147,19 +148,19 @@ func checkRefusals(t *testing.T, calls []call, maxRetry time.Duration) {
 	}
 }
 
-func timed(calls []call) []timedCall {
-	out := make([]timedCall, len(calls))
+func timed(calls []call) []quotatest.Call {
+	out := make([]quotatest.Call, len(calls))
 	for i, c := range calls {
-		out[i] = timedCall{c.start, c.took}
+		out[i] = quotatest.Call{Start: c.start, Took: c.took}
 	}
 	return out
 }
 
-func tookLatencies(calls []call, from, to time.Duration) *latencies {
-	l := &latencies{}
+func tookLatencies(calls []call, from, to time.Duration) *quotatest.Latencies {
+	l := &quotatest.Latencies{}
 	for _, c := range calls {
 		if c.at >= from && c.at < to {
-			l.add(c.took)
+			l.Add(c.took)
 		}
 	}
 	return l
@@ -179,18 +180,18 @@ func testQuota() Quota {
 // (the first second, with the initial burst, excluded); a client under its quota is never
 // refused; every refusal carries a Retry-After.
 func TestSharedQuotaHoldsAcrossReplicas(t *testing.T) {
-	r := startRedis(t)
+	r := quotatest.Start(t)
 	for _, n := range []int{2, 3} {
 		t.Run(fmt.Sprintf("%d replicas", n), func(t *testing.T) {
-			rs := newReplicas(t, n, RedisConfig{Addr: r.addr(), KeyPrefix: fmt.Sprintf("t%d:", n)}, testQuota(), nil)
+			rs := newReplicas(t, n, RedisConfig{Addr: r.Addr(), KeyPrefix: fmt.Sprintf("t%d:", n)}, testQuota(), nil)
 			rs.waitCounted(t, int64(n))
-			mon := startStallMonitor()
+			mon := quotatest.StartStallMonitor()
 			calls := offer(rs.lims, map[string]float64{"hot": 3 * quotaRate, "calm": 0.4 * quotaRate}, 11*time.Second)
 			got := admittedIn(calls, "hot", time.Second, 11*time.Second)
 			want := quotaRate * 10
 			errPct := 100 * (float64(got) - want) / want
 			lat := tookLatencies(calls, 0, time.Hour)
-			p99, _ := lat.quantile(0.99)
+			p99, _ := lat.Quantile(0.99)
 			t.Logf("FIGURE %d replicas: hot client offered %.0f/s admitted %d in 10 s (quota %.0f): %+.1f%%; store %s",
 				n, 3*quotaRate, got, want, errPct, lat)
 			if errPct < -10 || errPct > 10 {
@@ -221,7 +222,7 @@ func TestSharedQuotaHoldsAcrossReplicas(t *testing.T) {
 			if p99 > 5*time.Millisecond {
 				t.Errorf("store p99 %v on loopback", p99)
 			}
-			mon.end()
+			mon.End()
 			checkAddedWait(t, fmt.Sprintf("%d replicas", n), timed(calls), DefaultTimeout, mon)
 		})
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/loadshed/loadshed/internal/quota/quotatest"
 	"github.com/loadshed/loadshed/pkg/admission"
 )
 
@@ -66,8 +67,8 @@ func checkShared(t *testing.T, rs *replicas) {
 
 func TestTopologies(t *testing.T) {
 	t.Run("password file, ACL user and db", func(t *testing.T) {
-		r := startRedisSpec(t, redisSpec{password: "admin", extra: []string{"--requirepass", "admin"}})
-		c := r.admin()
+		r := quotatest.StartSpec(t, quotatest.Spec{Password: "admin", Extra: []string{"--requirepass", "admin"}})
+		c := r.Admin()
 		defer c.Close()
 		ctx := context.Background()
 		if err := c.Do(ctx, "ACL", "SETUSER", "quota", "on", ">s3cret", "~*", "&*", "+@all").Err(); err != nil {
@@ -77,11 +78,11 @@ func TestTopologies(t *testing.T) {
 		if err := os.WriteFile(pw, []byte("s3cret\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		cfg := RedisConfig{Addr: r.addr(), Username: "quota", PasswordFile: pw, DB: 3, Timeout: topologyTimeout}
+		cfg := RedisConfig{Addr: r.Addr(), Username: "quota", PasswordFile: pw, DB: 3, Timeout: topologyTimeout}
 		rs := newReplicas(t, 2, cfg, testQuota(), nil)
 		rs.waitCounted(t, 2)
 		checkShared(t, rs)
-		db3 := redis.NewClient(&redis.Options{Addr: r.addr(), Password: "admin", DB: 3, Protocol: 2, DisableIdentity: true})
+		db3 := redis.NewClient(&redis.Options{Addr: r.Addr(), Password: "admin", DB: 3, Protocol: 2, DisableIdentity: true})
 		defer db3.Close()
 		if n, err := db3.Exists(ctx, "loadshed:replicas").Result(); err != nil || n != 1 {
 			t.Fatalf("heartbeat set in db 3: exists %d, %v", n, err)
@@ -89,9 +90,9 @@ func TestTopologies(t *testing.T) {
 	})
 
 	t.Run("wrong password: every decision local", func(t *testing.T) {
-		r := startRedisSpec(t, redisSpec{password: "admin", extra: []string{"--requirepass", "admin"}})
+		r := quotatest.StartSpec(t, quotatest.Spec{Password: "admin", Extra: []string{"--requirepass", "admin"}})
 		t.Setenv("QUOTA_TEST_PASSWORD", "wrong")
-		rs := newReplicas(t, 1, RedisConfig{Addr: r.addr(), PasswordEnv: "QUOTA_TEST_PASSWORD", Timeout: topologyTimeout}, testQuota(), nil)
+		rs := newReplicas(t, 1, RedisConfig{Addr: r.Addr(), PasswordEnv: "QUOTA_TEST_PASSWORD", Timeout: topologyTimeout}, testQuota(), nil)
 		ok := 0
 		for range 2 * quotaBurst {
 			if rs.lims[0].Check(context.Background(), time.Now(), "k", 1) == nil {
@@ -109,10 +110,10 @@ func TestTopologies(t *testing.T) {
 
 	t.Run("TLS with a client certificate", func(t *testing.T) {
 		pki := newTestPKI(t)
-		r := startRedisSpec(t, redisSpec{tls: pki.client, extra: []string{
+		r := quotatest.StartSpec(t, quotatest.Spec{TLS: pki.client, Extra: []string{
 			"--tls-cert-file", pki.serverCert, "--tls-key-file", pki.serverKey,
 			"--tls-ca-cert-file", pki.caFile, "--tls-auth-clients", "yes"}})
-		cfg := RedisConfig{Addr: r.addr(), Timeout: topologyTimeout,
+		cfg := RedisConfig{Addr: r.Addr(), Timeout: topologyTimeout,
 			TLS: &TLSConfig{CAFile: pki.caFile, CertFile: pki.clientCert, KeyFile: pki.clientKey, ServerName: "redis.test"}}
 		rs := newReplicas(t, 2, cfg, testQuota(), nil)
 		rs.waitCounted(t, 2)
@@ -131,25 +132,25 @@ func TestTopologies(t *testing.T) {
 	})
 
 	t.Run("Sentinel", func(t *testing.T) {
-		master := startRedis(t)
+		master := quotatest.Start(t)
 		conf := filepath.Join(t.TempDir(), "sentinel.conf")
-		body := fmt.Sprintf("sentinel monitor mymaster 127.0.0.1 %d 1\nsentinel down-after-milliseconds mymaster 5000\n", master.port)
+		body := fmt.Sprintf("sentinel monitor mymaster 127.0.0.1 %d 1\nsentinel down-after-milliseconds mymaster 5000\n", master.Port())
 		if err := os.WriteFile(conf, []byte(body), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		sentinel := startRedisSpec(t, redisSpec{conf: conf, sentinel: true})
-		cfg := RedisConfig{Addrs: []string{sentinel.addr()}, MasterName: "mymaster", DB: 2, Timeout: topologyTimeout}
+		sentinel := quotatest.StartSpec(t, quotatest.Spec{Conf: conf, Sentinel: true})
+		cfg := RedisConfig{Addrs: []string{sentinel.Addr()}, MasterName: "mymaster", DB: 2, Timeout: topologyTimeout}
 		rs := newReplicas(t, 2, cfg, testQuota(), nil)
 		rs.waitCounted(t, 2)
 		checkShared(t, rs)
 	})
 
 	t.Run("Cluster", func(t *testing.T) {
-		nodes := make([]*redisServer, 3)
+		nodes := make([]*quotatest.Server, 3)
 		addrs := make([]string, 3)
 		for i := range nodes {
 			nodes[i] = startClusterNode(t)
-			addrs[i] = nodes[i].addr()
+			addrs[i] = nodes[i].Addr()
 		}
 		out, err := exec.Command("redis-cli", append(append([]string{"--cluster", "create"}, addrs...),
 			"--cluster-replicas", "0", "--cluster-yes")...).CombinedOutput()
@@ -167,7 +168,7 @@ func TestTopologies(t *testing.T) {
 		}
 		nodesWithKeys := 0
 		for _, n := range nodes {
-			c := n.admin()
+			c := n.Admin()
 			if k, err := c.DBSize(context.Background()).Result(); err == nil && k > 0 {
 				nodesWithKeys++
 			}
@@ -181,7 +182,7 @@ func TestTopologies(t *testing.T) {
 
 // startClusterNode starts a node with cluster mode on, on a port whose bus port (+10000) is
 // free as well.
-func startClusterNode(t *testing.T) *redisServer {
+func startClusterNode(t *testing.T) *quotatest.Server {
 	t.Helper()
 	for {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -195,17 +196,14 @@ func startClusterNode(t *testing.T) *redisServer {
 			continue
 		}
 		bus.Close()
-		r := &redisServer{t: t, port: port, dir: t.TempDir(), spec: redisSpec{extra: []string{
-			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"}}}
-		r.start()
-		t.Cleanup(r.kill)
-		return r
+		return quotatest.StartSpec(t, quotatest.Spec{Port: port, Extra: []string{
+			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"}})
 	}
 }
 
-func waitClusterOK(t *testing.T, n *redisServer) {
+func waitClusterOK(t *testing.T, n *quotatest.Server) {
 	t.Helper()
-	c := n.admin()
+	c := n.Admin()
 	defer c.Close()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -214,7 +212,7 @@ func waitClusterOK(t *testing.T, n *redisServer) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("cluster node %s not ready: %v\n%s", n.addr(), err, info)
+			t.Fatalf("cluster node %s not ready: %v\n%s", n.Addr(), err, info)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

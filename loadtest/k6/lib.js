@@ -85,7 +85,9 @@ export function vusFor(peakRate, attempts = 1, extraS = 0) {
 }
 
 // Metrics. Every sample carries an "outcome" tag: good (2xx within the SLO), slow (2xx over the
-// SLO), shed (429 or 503), timeout (client timeout) or unexpected (anything else).
+// SLO), shed (429 or 503), timeout (client timeout) or unexpected (anything else). gRPC calls
+// (recordGrpc) use the same metrics, with OK for 2xx and loadshed's gRPC refusals for sheds, plus
+// their own counters below.
 const m = {
   outcomes: new Counter('outcomes'),
   goodput: new Counter('goodput'),
@@ -101,7 +103,52 @@ const m = {
   admitted: new Trend('admitted_latency', true),
   rejection: new Trend('rejection_latency', true),
   late: new Trend('start_lateness', true),
+  grpcCalls: new Counter('grpc_calls'),
+  grpcPushback: new Counter('pushback'),
+  grpcTrailersOnly: new Counter('trailers_only'),
+  grpcShedBy: Object.fromEntries(
+    ['UNAVAILABLE', 'RESOURCE_EXHAUSTED', 'DEADLINE_EXCEEDED', 'PERMISSION_DENIED'].map((n) => [n, new Counter(`sheds_grpc_${n.toLowerCase()}`)]),
+  ),
 };
+
+// gRPC status codes the scripts name (k6/net/grpc has them as grpc.StatusOK, ...; numbers here so
+// that lib.js needs no gRPC import).
+const grpcCodes = {
+  OK: 0, CANCELLED: 1, UNKNOWN: 2, INVALID_ARGUMENT: 3, DEADLINE_EXCEEDED: 4, NOT_FOUND: 5,
+  ALREADY_EXISTS: 6, PERMISSION_DENIED: 7, RESOURCE_EXHAUSTED: 8, FAILED_PRECONDITION: 9, ABORTED: 10,
+  OUT_OF_RANGE: 11, UNIMPLEMENTED: 12, INTERNAL: 13, UNAVAILABLE: 14, DATA_LOSS: 15, UNAUTHENTICATED: 16,
+};
+const grpcCodeName = Object.fromEntries(Object.entries(grpcCodes).map(([k, v]) => [v, k]));
+// The grpc-status values of loadshed's refusals (with x-loadshed-reason).
+const grpcRefusals = new Set([grpcCodes.UNAVAILABLE, grpcCodes.RESOURCE_EXHAUSTED, grpcCodes.DEADLINE_EXCEEDED, grpcCodes.PERMISSION_DENIED]);
+
+/**
+ * grpcAddress returns the host:port a gRPC client dials for a TARGET_URL such as
+ * http://svc.ns.svc.cluster.local/ (port 80 by default) or a bare host:port. gRPC calls are
+ * cleartext (h2c).
+ */
+export function grpcAddress(target) {
+  const t = String(target).trim();
+  const parts = /^(?:([a-z][a-z0-9+.-]*):\/\/)?(\[[0-9a-fA-F:.]+\]|[^/:\s]+)(?::(\d+))?\/?$/.exec(t);
+  if (!parts || (parts[1] !== undefined && parts[1] !== 'http')) {
+    throw new Error(`TARGET_URL: want http://host[:port]/ or host:port for gRPC, got ${JSON.stringify(target)}`);
+  }
+  const port = parts[3] === undefined ? 80 : Number(parts[3]);
+  if (!(port >= 1 && port <= 65535)) throw new Error(`TARGET_URL: bad port in ${JSON.stringify(target)}`);
+  return `${parts[2]}:${port}`;
+}
+
+/** validPushback reports whether a grpc-retry-pushback-ms value is a non-negative integer. */
+export function validPushback(v) {
+  return typeof v === 'string' && /^\d{1,10}$/.test(v) && Number(v) <= 2147483647;
+}
+
+/** first returns the first value of a metadata key (k6 gives arrays), or undefined. */
+function first(md, key) {
+  if (!md) return undefined;
+  const v = md[key];
+  return Array.isArray(v) ? v[0] : v;
+}
 
 /** thresholds returns the thresholds every overload script shares. */
 export function thresholds({ maxShedShare, p99MaxMs }) {
@@ -301,6 +348,58 @@ export function record(res, timeline = null, sec = -1) {
 }
 
 /**
+ * recordGrpc classifies a k6/net/grpc invoke response that took durationMs, updates the metrics
+ * and returns the outcome. A refusal is a status of UNAVAILABLE, RESOURCE_EXHAUSTED,
+ * DEADLINE_EXCEEDED or PERMISSION_DENIED carrying x-loadshed-reason; the same codes without it
+ * are the upstream's errors ("unexpected"). DEADLINE_EXCEEDED without it after the client timeout
+ * is a timeout. A refusal counts towards "pushback" when it carries a valid
+ * grpc-retry-pushback-ms, and towards "trailers_only" when it came with no response headers.
+ */
+export function recordGrpc(res, durationMs, timeline = null, sec = -1) {
+  const d = durationMs;
+  // k6 hands the status over as a Go value: Number() makes it comparable.
+  const status = res ? Number(res.status) : grpcCodes.UNKNOWN;
+  const headers = (res && res.headers) || {};
+  const trailers = (res && res.trailers) || {};
+  const reason = first(trailers, 'x-loadshed-reason') || first(headers, 'x-loadshed-reason');
+  let outcome;
+  let tags;
+  m.grpcCalls.add(1);
+  if (status === grpcCodes.OK) {
+    outcome = d <= cfg.sloMs ? 'good' : 'slow';
+    tags = { outcome };
+    m.ok.add(1, tags);
+    m.admitted.add(d, tags);
+    if (outcome === 'good') {
+      m.goodput.add(1, tags);
+      if (timeline && sec >= 0 && sec < timeline.n) timeline.good[sec].add(1);
+    } else {
+      m.slow.add(1, tags);
+    }
+  } else if (reason && grpcRefusals.has(status)) {
+    outcome = 'shed';
+    tags = { outcome, status: grpcCodeName[status] };
+    m.sheds.add(1, tags);
+    m.grpcShedBy[grpcCodeName[status]].add(1, tags);
+    m.rejection.add(d, tags);
+    if (validPushback(first(trailers, 'grpc-retry-pushback-ms'))) m.grpcPushback.add(1, tags);
+    if (Object.keys(headers).length === 0) m.grpcTrailersOnly.add(1, tags);
+  } else if (status === grpcCodes.DEADLINE_EXCEEDED && d >= cfg.timeoutS * 1000 - 5) {
+    outcome = 'timeout';
+    tags = { outcome };
+    m.timeouts.add(1, tags);
+  } else {
+    outcome = 'unexpected';
+    tags = { outcome, status: grpcCodeName[status] || String(status), error_code: 'grpc' };
+    m.unexpected.add(1, tags);
+  }
+  m.outcomes.add(1, tags);
+  m.shedShare.add(outcome === 'shed', tags);
+  if (timeline && sec >= 0 && sec < timeline.n) timeline.attempts[sec].add(1);
+  return outcome;
+}
+
+/**
  * markStart records how late this iteration started against its schedule and returns the
  * timeline second it belongs to.
  */
@@ -346,7 +445,8 @@ function trend(data, name) {
  * schedule), load_factor, and anything script-specific (timeline, recovery_s, phases).
  */
 export function summarize(data, info) {
-  const requests = count(data, 'http_reqs');
+  const grpcCalls = count(data, 'grpc_calls');
+  const requests = count(data, 'http_reqs') + grpcCalls;
   const shed = count(data, 'sheds');
   const dropped = count(data, 'dropped_iterations');
   const goodput = count(data, 'goodput');
@@ -399,6 +499,19 @@ export function summarize(data, info) {
     thresholds,
     thresholds_ok: thresholds.every((t) => t.ok),
   };
+  if (info.protocol === 'grpc') {
+    // Counts by outcome mean the same for gRPC calls: ok is grpc-status OK, shed a refusal of
+    // loadshed's; the status split and pushback take the place of 429/503 and Retry-After.
+    const pushback = count(data, 'pushback');
+    out.protocol = 'grpc';
+    out.shed_by_status = {};
+    out.shed_by_grpc_status = Object.fromEntries(Object.keys(m.grpcShedBy).map((n) => [n, count(data, `sheds_grpc_${n.toLowerCase()}`)]));
+    out.retry_after = 0;
+    out.retry_after_coverage = null;
+    out.pushback = pushback;
+    out.pushback_coverage = shed > 0 ? round(pushback / shed, 4) : null;
+    out.trailers_only = count(data, 'trailers_only');
+  }
   for (const [k, v] of Object.entries(info)) {
     if (!(k in out) && k !== 'capacity_for_ratio_rps') out[k] = v;
   }
@@ -416,7 +529,9 @@ export function report(summary) {
     `${summary.script}: ${summary.valid ? 'valid' : `INVALID (${summary.invalid_reason})`}`,
     `  offered ${summary.offered_rps} rps (${summary.load_factor}x of ${summary.capacity_rps}) for ${summary.duration_s} s, ${summary.requests} requests`,
     `  goodput ${summary.goodput_rps} rps = ${pct(summary.goodput_ratio)} of min(offered, capacity)`,
-    `  admitted p50/p99/p99.9 ${a.p50}/${a.p99}/${a.p999} ms; shed ${pct(summary.shed_share)} (Retry-After on ${pct(summary.retry_after_coverage)}); timeouts ${summary.timeouts}; unexpected ${summary.unexpected}`,
+    summary.protocol === 'grpc'
+      ? `  admitted p50/p99/p99.9 ${a.p50}/${a.p99}/${a.p999} ms; shed ${pct(summary.shed_share)} ${JSON.stringify(summary.shed_by_grpc_status)} (grpc-retry-pushback-ms on ${pct(summary.pushback_coverage)}, trailers-only ${summary.trailers_only}); timeouts ${summary.timeouts}; unexpected ${summary.unexpected}`
+      : `  admitted p50/p99/p99.9 ${a.p50}/${a.p99}/${a.p999} ms; shed ${pct(summary.shed_share)} (Retry-After on ${pct(summary.retry_after_coverage)}); timeouts ${summary.timeouts}; unexpected ${summary.unexpected}`,
   ];
   if ('recovery_s' in summary) {
     lines.push(`  recovery ${summary.recovery_s === null ? 'not within the run' : `${summary.recovery_s} s`}`);

@@ -27,6 +27,11 @@ type AdaptiveConfig struct {
 	MinSamples        int
 	// MinRTTWindows is how many windows the no-load latency estimate remembers (default 100).
 	MinRTTWindows int
+	// Tolerance is the latency below which nothing counts as overload: a window whose median
+	// is at most this reads to the algorithm as one without queueing (its median equal to the
+	// MinRTT), so that scheduling noise in front of a backend that answers in microseconds is
+	// not taken for a many-fold slowdown. Zero: every window counts.
+	Tolerance time.Duration
 	// QueueDepth and MaxWait configure the optional wait queue (depth 0: refuse at once); a
 	// queue's MaxWait must be positive.
 	QueueDepth int64
@@ -74,6 +79,9 @@ func (c AdaptiveConfig) Validate() error {
 	if c.MinSamples < 1 {
 		errs.add("minSamples", "must be at least 1, got %d", c.MinSamples)
 	}
+	if c.Tolerance < 0 {
+		errs.add("tolerance", "must not be negative, got %s", c.Tolerance)
+	}
 	if c.QueueDepth < 0 {
 		errs.add("queue.depth", "must not be negative, got %d", c.QueueDepth)
 	}
@@ -110,6 +118,7 @@ type controller struct {
 	slowStart            time.Duration
 	slowUntil            time.Time
 	slowDone             bool
+	tolerance            time.Duration
 	slowCap              float64   // during slow start: how far the limit may grow in this window
 	healthy              bool      // the last window showed no queueing (RTT within 10% of MinRTT) and no drops
 	start                time.Time // of the current window, zero before the first sample
@@ -122,7 +131,7 @@ func newController(c AdaptiveConfig) *controller {
 	return &controller{
 		algo: c.Algorithm, min: c.MinLimit, max: c.MaxLimit,
 		window: c.Window, maxWindow: c.MaxWindow, minSamples: c.MinSamples,
-		minRTT: limit.NewMinRTT(c.MinRTTWindows), slowStart: c.SlowStart,
+		minRTT: limit.NewMinRTT(c.MinRTTWindows), slowStart: c.SlowStart, tolerance: c.Tolerance,
 		rtts: make([]time.Duration, 0, 64),
 	}
 }
@@ -183,6 +192,10 @@ func (c *controller) sample(now time.Time, rtt time.Duration, o Outcome, cur flo
 			// median even when nothing queues, which would read as permanent congestion.
 			w.MinRTT = c.minRTT.Observe(w.RTT)
 			c.lastRTT = w.RTT
+			if w.RTT <= c.tolerance && w.MinRTT > 0 {
+				// Within the tolerance: no queue the algorithm should react to.
+				w.RTT = w.MinRTT
+			}
 		} else {
 			w.MinRTT = c.minRTT.Value()
 		}

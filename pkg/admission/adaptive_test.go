@@ -268,3 +268,77 @@ func TestAdaptiveSlowStartGrowsOnDemandWithinAWindow(t *testing.T) {
 		t.Fatalf("admitted %d with limit %v after slow start ended", got, lim)
 	}
 }
+
+// TestAdaptiveToleranceHidesNoiseBelowIt: a window whose median is within the tolerance reads
+// to the algorithm as one without queueing; above it the median is passed as it is.
+func TestAdaptiveToleranceHidesNoiseBelowIt(t *testing.T) {
+	rec := &recorder{next: func(cur float64, w limit.Window) float64 { return cur }}
+	core := must(admission.NewAdaptive(admission.AdaptiveConfig{
+		Algorithm: rec, InitialLimit: 8, MinLimit: 1, MaxLimit: 8,
+		Window: 10 * time.Millisecond, MinSamples: 1, Tolerance: 2 * time.Millisecond,
+	}))
+	now := t0
+	for _, hold := range []time.Duration{200 * time.Microsecond, 1500 * time.Microsecond, 3 * time.Millisecond} {
+		drive(core, now, 4, hold, admission.Success)
+		now = now.Add(10 * time.Millisecond)
+	}
+	drive(core, now, 1, 3*time.Millisecond, admission.Success) // closes the last window
+	if len(rec.windows) < 3 {
+		t.Fatalf("windows %d, want 3", len(rec.windows))
+	}
+	want := []time.Duration{200 * time.Microsecond, 200 * time.Microsecond, 3 * time.Millisecond}
+	for i, w := range rec.windows[:3] {
+		if w.RTT != want[i] || w.MinRTT != 200*time.Microsecond {
+			t.Errorf("window %d: RTT %v MinRTT %v, want RTT %v and MinRTT 200µs", i, w.RTT, w.MinRTT, want[i])
+		}
+	}
+	if st := core.Stats(now); st.SampleRTT != 3*time.Millisecond {
+		t.Errorf("stats report %v, want the measured median 3ms", st.SampleRTT)
+	}
+}
+
+// TestDoneAfterSamplesTheCallersLatency: a latency the caller measured replaces the time the
+// permit was held as the adaptive sample; Done keeps the held time.
+func TestDoneAfterSamplesTheCallersLatency(t *testing.T) {
+	rec := &recorder{next: func(cur float64, w limit.Window) float64 { return cur }}
+	l, clk := newLimiter(t, must(admission.NewAdaptive(admission.AdaptiveConfig{
+		Algorithm: rec, InitialLimit: 4, MinLimit: 1, MaxLimit: 4, Window: 10 * time.Millisecond, MinSamples: 1,
+	})))
+	ctx := context.Background()
+	// The first release opens a window, the second closes it, the third closes the next.
+	for i, measured := range []time.Duration{5 * time.Millisecond, 5 * time.Millisecond, 0} {
+		p, err := l.Admit(ctx, admission.Request{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(50 * time.Millisecond)
+		if !p.DoneAfter(admission.Success, measured) || p.DoneAfter(admission.Success, measured) {
+			t.Fatalf("release %d: want true once, then false", i)
+		}
+	}
+	if len(rec.windows) != 2 || rec.windows[0].RTT != 5*time.Millisecond || rec.windows[1].RTT != 50*time.Millisecond {
+		t.Fatalf("windows %+v, want RTT 5ms (measured) then 50ms (held)", rec.windows)
+	}
+}
+
+// TestChainPassesTheMeasuredLatencyToItsStages: in a chain, the adaptive stage samples the
+// latency given to the chain's permit.
+func TestChainPassesTheMeasuredLatencyToItsStages(t *testing.T) {
+	rec := &recorder{next: func(cur float64, w limit.Window) float64 { return cur }}
+	adaptive := must(admission.NewAdaptive(admission.AdaptiveConfig{
+		Algorithm: rec, InitialLimit: 4, MinLimit: 1, MaxLimit: 4, Window: 10 * time.Millisecond, MinSamples: 1,
+	}))
+	bucket := must(admission.NewTokenBucket(admission.TokenBucketConfig{Rate: 1000, Burst: 10}))
+	l, clk := newLimiter(t, must(admission.NewChain(bucket, adaptive)))
+	for range 2 {
+		p, err := l.Admit(context.Background(), admission.Request{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(40 * time.Millisecond)
+		p.DoneAfter(admission.Success, 7*time.Millisecond)
+	}
+	if len(rec.windows) == 0 || rec.windows[0].RTT != 7*time.Millisecond {
+		t.Fatalf("windows %+v, want the chain's measured 7ms", rec.windows)
+	}
+}

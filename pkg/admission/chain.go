@@ -123,6 +123,7 @@ func (c *chain) settle(now time.Time, ev *Events) {
 
 func (c *chain) Release(now time.Time, t *Ticket, o Outcome, ev *Events) {
 	for j := len(t.children) - 1; j >= 0; j-- {
+		t.children[j].RTT = t.RTT
 		c.stages[j].Release(now, t.children[j], o, &c.sub)
 	}
 	c.inFlight -= t.cost

@@ -99,6 +99,10 @@ type Ticket struct {
 	Err *Rejection
 	// Tag is the driver's own reference (the lab stores its request index here).
 	Tag int64
+	// RTT is the latency its driver measured for the request's exchange with the upstream, set
+	// before Release (Permit.DoneAfter); zero means the time from Granted to Release. A driver
+	// that can time the exchange itself gives a sample free of its own overheads.
+	RTT time.Duration
 
 	state Verdict
 	cost  int64 // effective cost, clamped to the strategy's capacity

@@ -18,6 +18,7 @@ const (
 	ReasonDraining         Reason = "draining"          // shutting down
 	ReasonClientLimited    Reason = "client_limited"    // a per-client limit refused it
 	ReasonDenied           Reason = "denied"            // the client is deny-listed
+	ReasonSidecarOverload  Reason = "sidecar_overload"  // the sidecar's own CPU is overloaded
 )
 
 // Rejection is the error returned for every refusal. RetryAfter is the strategy's estimate of
@@ -57,10 +58,11 @@ var (
 	ErrDraining         = &Rejection{Reason: ReasonDraining}
 	ErrClientLimited    = &Rejection{Reason: ReasonClientLimited}
 	ErrDenied           = &Rejection{Reason: ReasonDenied}
+	ErrSidecarOverload  = &Rejection{Reason: ReasonSidecarOverload}
 )
 
 // AllReasons lists every reason, in a stable order (for metrics pre-initialisation and docs).
 var AllReasons = []Reason{
 	ReasonRateLimited, ReasonQueueFull, ReasonQueueTimeout, ReasonConcurrencyLimit,
-	ReasonDeadline, ReasonDraining, ReasonClientLimited, ReasonDenied,
+	ReasonDeadline, ReasonDraining, ReasonClientLimited, ReasonDenied, ReasonSidecarOverload,
 }

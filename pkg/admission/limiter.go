@@ -72,7 +72,12 @@ type Permit struct {
 
 // Done releases the permit with the request's outcome. It returns false, and does nothing, if
 // the permit was already released.
-func (p Permit) Done(o Outcome) bool {
+func (p Permit) Done(o Outcome) bool { return p.DoneAfter(o, 0) }
+
+// DoneAfter is Done with the latency the caller measured for the upstream exchange (rtt > 0):
+// an adaptive strategy samples it instead of the time since the permit was granted, which also
+// holds the caller's own work and waits.
+func (p Permit) DoneAfter(o Outcome, rtt time.Duration) bool {
 	l := p.l
 	if l == nil {
 		return false
@@ -101,6 +106,7 @@ func (p Permit) Done(o Outcome) bool {
 		return false
 	}
 	now := l.clock.Now()
+	t.RTT = rtt
 	l.core.Release(now, t, o, &l.ev)
 	t.state = Cancelled
 	l.flush(now)

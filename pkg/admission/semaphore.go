@@ -230,7 +230,11 @@ func (s *semaphore) Release(now time.Time, t *Ticket, o Outcome, ev *Events) {
 		}
 	}
 	if s.adapt != nil {
-		s.limit = s.adapt.sample(now, hold, o, s.limit, s.q.len())
+		rtt := hold
+		if t.RTT > 0 {
+			rtt = t.RTT
+		}
+		s.limit = s.adapt.sample(now, rtt, o, s.limit, s.q.len())
 	}
 	s.grant(now, ev)
 }

@@ -21,13 +21,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
-		cfg     harness.Config
-		loads   string
-		workers int
-		quick   bool
-		spike   bool
+		cfg      harness.Config
+		loads    string
+		workers  int
+		quick    bool
+		spike    bool
+		scenario string
+		cost     harness.CostConfig
+		adaptive harness.AdaptiveConfig
+		aWorkers string
+		aShapes  string
 	)
-	fs.BoolVar(&quick, "quick", false, "CI smoke: one short point (2x, 3s, one repeat, a few targets, no spike)")
+	fs.StringVar(&scenario, "scenario", "peers", "what to run: peers (every target under the overload points and the spike), cost (forwarding ceiling and CPU per request, one core per proxy) or adaptive (loadshed adaptive vs Envoy adaptive_concurrency over W, service shapes and loads); cost and adaptive never run in CI")
+	fs.BoolVar(&quick, "quick", false, "CI smoke: one short point (2x, 3s, one repeat, a few targets, no spike); with --scenario cost or adaptive, their couple-of-minutes variant")
 	fs.StringVar(&cfg.OutDir, "out", "", "results directory (default results/bench-<time> under the repository root)")
 	fs.StringVar(&cfg.WorkDir, "work", "", "directory for generated configs and logs (default: a temporary directory)")
 	fs.BoolVar(&cfg.KeepWork, "keep-work", false, "keep the temporary work directory (configs and logs)")
@@ -52,6 +58,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.Bins.Proxy, "proxy-bin", "", "prebuilt proxy binary (default: go build ./cmd/proxy)")
 	fs.StringVar(&cfg.Bins.Backend, "backend-bin", "", "prebuilt backend binary (default: go build ./cmd/backend)")
 	fs.StringVar(&cfg.Bins.PlainProxy, "plainproxy-bin", "", "prebuilt plainproxy binary (default: go build ./cmd/plainproxy)")
+	fs.StringVar(&cfg.Bins.Envoy, "envoy", "", "Envoy binary (default: scripts/install-tools.sh envoy)")
+	fs.StringVar(&cfg.Bins.Wrk, "wrk", "", "wrk binary, cost scenario (default: wrk on PATH, else apt-get install wrk)")
+	fs.DurationVar(&adaptive.Warmup, "warmup", 5*time.Second, "cost and adaptive: unmeasured load before each measurement (cost default 2s, with --quick 1s; adaptive --quick 3s)")
+	fs.DurationVar(&adaptive.TraceEvery, "trace-every", 100*time.Millisecond, "adaptive: how often each target's concurrency limit is read")
+	fs.StringVar(&aWorkers, "adaptive-workers", "4,8,16", "adaptive: backend sizes W (capacity stays --backend-workers/--backend-service; S = W/C)")
+	fs.StringVar(&aShapes, "adaptive-services", "constant,slow-tail", "adaptive: service time shapes (constant, slow-tail)")
+	fs.BoolVar(&adaptive.FixedService, "adaptive-fixed-service", false, "adaptive: every W serves in --backend-service and C = W/S grows with W (default: C stays --backend-workers/--backend-service and S = W/C)")
+	fs.Float64Var(&cost.Rate, "cost-rate", 300, "cost: the fixed rate (requests/s) CPU per request is measured at")
+	fs.IntVar(&cost.Connections, "connections", 64, "cost: wrk connections for the forwarding ceiling")
+	fs.DurationVar(&cost.CeilingDuration, "ceiling-duration", 10*time.Second, "cost: measured time of each forwarding-ceiling point")
+	fs.Float64Var(&cost.BusyLimit, "busy-limit", 0.9, "cost: a point whose load core (CPU 0) was this busy is invalid")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
@@ -62,6 +79,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg.Spike = spike
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	switch scenario {
+	case "peers":
+	case "cost", "adaptive":
+		if *k6smoke != "" {
+			return cli.Usagef("--k6-smoke runs the k6 scripts, not --scenario %s", scenario)
+		}
+		return runScenario(ctx, scenario, args, set, quick, cfg, loads, cost, adaptive, aWorkers, aShapes, stdout, stderr)
+	default:
+		return cli.Usagef("--scenario: want peers, cost or adaptive, got %q", scenario)
+	}
 	if quick {
 		cfg.Quick = true
 		if !set["loads"] {
@@ -100,6 +127,95 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return err
 }
 
+// runScenario runs the cost or adaptive scenario, with its own defaults for the shared flags the
+// user did not set.
+func runScenario(ctx context.Context, scenario string, args []string, set map[string]bool, quick bool, cfg harness.Config, loads string,
+	cost harness.CostConfig, adaptive harness.AdaptiveConfig, aWorkers, aShapes string, stdout, stderr io.Writer) error {
+	var err error
+	if cfg.RepoRoot, err = repoRoot(); err != nil {
+		return err
+	}
+	if cfg.OutDir == "" {
+		cfg.OutDir = filepath.Join(cfg.RepoRoot, "results", scenario+"-"+time.Now().UTC().Format("20060102-150405"))
+	}
+	cfg.CommandLine = strings.TrimSpace("go run ./bench/cmd/bench " + strings.Join(args, " "))
+	cfg.Quick = quick
+	def := func(name string, apply func()) {
+		if !set[name] {
+			apply()
+		}
+	}
+	start := time.Now()
+	defer func() {
+		fmt.Fprintf(stderr, "bench: results in %s (%s)\n", cfg.OutDir, time.Since(start).Round(time.Second))
+	}()
+	if scenario == "cost" {
+		// The setup: a 64 x 20 ms backend, 300 requests/s, two interleaved repeats.
+		def("backend-workers", func() { cfg.Backend.Workers = 64 })
+		def("backend-service", func() { cfg.Backend.Service = 20 * time.Millisecond })
+		def("duration", func() { cfg.PointDuration = 20 * time.Second })
+		def("repeats", func() { cfg.Repeats = 2 })
+		def("warmup", func() { adaptive.Warmup = 2 * time.Second })
+		if quick {
+			def("duration", func() { cfg.PointDuration = 5 * time.Second })
+			def("ceiling-duration", func() { cost.CeilingDuration = 3 * time.Second })
+			def("warmup", func() { adaptive.Warmup = time.Second })
+			def("repeats", func() { cfg.Repeats = 1 })
+		}
+		cost.RepoRoot, cost.OutDir, cost.WorkDir, cost.KeepWork = cfg.RepoRoot, cfg.OutDir, cfg.WorkDir, cfg.KeepWork
+		cost.Bins, cost.InstallPeers, cost.Targets, cost.Repeats = cfg.Bins, cfg.InstallPeers, cfg.Targets, cfg.Repeats
+		cost.Warmup, cost.RateDuration, cost.Backend, cost.SLO = adaptive.Warmup, cfg.PointDuration, cfg.Backend, cfg.SLO
+		cost.ClientTimeout, cost.MaxLateMs, cost.Quick, cost.CommandLine = cfg.ClientTimeout, cfg.MaxLateMs, cfg.Quick, cfg.CommandLine
+		_, err = harness.RunCost(ctx, cost, stdout, stderr)
+		return err
+	}
+	// Envoy starts with a min-RTT measurement (50 requests at concurrency 3: 2.7 s when S is
+	// 160 ms); the warm-up lets it and every limit settle before the figures start.
+	def("loads", func() { loads = "1.5,2,5,10" })
+	def("repeats", func() { cfg.Repeats = 2 })
+	def("warmup", func() { adaptive.Warmup = 5 * time.Second })
+	if quick {
+		def("adaptive-workers", func() { aWorkers = "4,16" })
+		def("loads", func() { loads = "5" })
+		def("duration", func() { cfg.PointDuration = 4 * time.Second })
+		def("warmup", func() { adaptive.Warmup = 3 * time.Second })
+		def("repeats", func() { cfg.Repeats = 1 })
+		def("targets", func() { cfg.Targets = harness.DefaultAdaptive + "," + harness.EnvoyAdaptive })
+	}
+	cfg.Spike = false
+	if cfg.Loads, err = parseLoads(loads); err != nil {
+		return err
+	}
+	if adaptive.Workers, err = parseInts(aWorkers); err != nil {
+		return cli.Usagef("--adaptive-workers: %v", err)
+	}
+	for _, s := range strings.Split(aShapes, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			adaptive.Services = append(adaptive.Services, s)
+		}
+	}
+	cfg.TraceEvery = adaptive.TraceEvery
+	adaptive.Config = cfg
+	_, err = harness.RunAdaptive(ctx, adaptive, stdout, stderr)
+	return err
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a whole number", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
 func parseLoads(s string) ([]float64, error) {
 	var out []float64
 	for _, f := range strings.Split(s, ",") {
@@ -109,7 +225,7 @@ func parseLoads(s string) ([]float64, error) {
 		}
 		x, err := strconv.ParseFloat(strings.TrimSuffix(f, "x"), 64)
 		if err != nil {
-			return nil, fmt.Errorf("--loads: %q is not a number", f)
+			return nil, cli.Usagef("--loads: %q is not a number", f)
 		}
 		out = append(out, x)
 	}

@@ -25,6 +25,11 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{[]string{"--loads", "x"}, "--loads"},
 		{[]string{"--no-such-flag"}, "no-such-flag"},
 		{[]string{"stray"}, "unexpected arguments"},
+		{[]string{"--scenario", "chaos"}, "--scenario"},
+		{[]string{"--scenario", "cost", "--k6-smoke", "loadshed/inflight"}, "--k6-smoke"},
+		{[]string{"--scenario", "adaptive", "--adaptive-workers", "4,many"}, "--adaptive-workers"},
+		{[]string{"--scenario", "adaptive", "--adaptive-services", "bursty", "--out", "unused"}, "Services"},
+		{[]string{"--scenario", "cost", "--cost-rate", "0", "--out", "unused"}, "Rate"},
 	} {
 		err := run(context.Background(), tc.args, io.Discard, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

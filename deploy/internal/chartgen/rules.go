@@ -88,6 +88,9 @@ var RuleParams = []RuleParam{
 	{Alert: "LoadshedLimitAtFloor", Key: "limitAtFloor", Subs: []ExprSub{rateWindow}},
 	{Alert: "LoadshedConfigReloadFailing", Key: "configReloadFailing"},
 	{Alert: "LoadshedQuotaStoreUnavailable", Key: "quotaStoreUnavailable"},
+	{Alert: "LoadshedSidecarSaturated", Key: "sidecarSaturated", Subs: []ExprSub{
+		{Context: "[5m])) > 0.5\n", Default: "0.5", Value: "threshold"},
+	}},
 }
 
 // rateWindow makes the range of every rate() in an alert a chart value.

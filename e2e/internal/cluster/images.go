@@ -28,9 +28,9 @@ func LoadshedImage(ctx context.Context, r *Runner, ref string) (string, error) {
 	return ref, nil
 }
 
-// K6Image builds (or reuses) the k6 image: FROM scratch, the static pinned k6 and the scripts
-// of loadtest/k6. The tag is a hash of everything that goes in, so an unchanged image is not
-// built again.
+// K6Image builds (or reuses) the k6 image: FROM scratch, the static pinned k6, the scripts of
+// loadtest/k6 and the backend's .proto (in /proto, for grpc-overload.js's PROTO_DIR). The tag is
+// a hash of everything that goes in, so an unchanged image is not built again.
 func K6Image(ctx context.Context, r *Runner, root, k6 string) (string, error) {
 	scripts, err := filepath.Glob(filepath.Join(root, "loadtest", "k6", "*.js"))
 	if err != nil || len(scripts) == 0 {
@@ -40,6 +40,7 @@ func K6Image(ctx context.Context, r *Runner, root, k6 string) (string, error) {
 	for _, s := range scripts {
 		files[filepath.Join("scripts", filepath.Base(s))] = s
 	}
+	files[filepath.Join("proto", "backend.proto")] = filepath.Join(root, "internal", "backend", "backendpb", "backend.proto")
 	return cachedImage(ctx, r, "loadshed-e2e-k6", filepath.Join(root, "e2e", "images", "k6.Dockerfile"), files)
 }
 

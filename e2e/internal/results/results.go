@@ -36,6 +36,9 @@ type Results struct {
 	Steady     []Steady `json:"steady"`
 	Timings    []Timing `json:"timings"`
 	Pass       bool     `json:"pass"`
+
+	// Quota holds the runs of a client over its quota shared by replicas (quota.go).
+	Quota []QuotaRow `json:"quota,omitempty"`
 }
 
 // Row is one strategy's overload run and its verdict.
@@ -94,6 +97,12 @@ func NewRow(o criteria.Outcome, checks []criteria.Check) Row {
 		r.Shed429 = s.ShedByStatus["429"]
 		r.Shed503 = s.ShedByStatus["503"]
 		r.RetryAfterCoverage = s.RetryAfterCoverage
+		if s.Protocol == "grpc" {
+			// The gRPC forms of the same refusals and of Retry-After.
+			r.Shed429 = s.ShedByGRPCStatus["RESOURCE_EXHAUSTED"]
+			r.Shed503 = s.ShedByGRPCStatus["UNAVAILABLE"]
+			r.RetryAfterCoverage = s.PushbackCoverage
+		}
 		r.Timeouts = s.Timeouts
 		r.Unexpected = s.Unexpected
 	}
@@ -135,6 +144,14 @@ func (r *Results) Markdown() string {
 			pctv(row.ShedShare), row.Shed429, row.Shed503, pct(row.RetryAfterCoverage), row.Timeouts, row.Unexpected, alert,
 			cores(row.CPU, "k6"), cores(row.CPU, "loadshed"), cores(row.CPU, "app"), verdict(row.Pass, row.Checks))
 	}
+	for _, row := range r.Strategies {
+		if strings.HasPrefix(row.Strategy, criteria.GRPCPrefix) {
+			fmt.Fprintf(&b, "\nRows %s*: the strategy in front of the backend's gRPC port (4 workers x 40 ms, C = 100 calls/s), "+
+				"with unary calls from k6's gRPC module (grpc-overload.js) at the same multiples of C; their shed columns count "+
+				"RESOURCE_EXHAUSTED / UNAVAILABLE, their Retry-After column grpc-retry-pushback-ms.\n", criteria.GRPCPrefix)
+			break
+		}
+	}
 	if len(r.Steady) > 0 {
 		b.WriteString("\nPods replaced under steady load below capacity (no request may fail):\n\n")
 		b.WriteString("| operation | offered rps | requests | 2xx | admitted p99 ms | verdict |\n|---|---|---|---|---|---|\n")
@@ -142,6 +159,7 @@ func (r *Results) Markdown() string {
 			fmt.Fprintf(&b, "| %s | %.0f | %d | %d | %s | %s |\n", s.Operation, s.OfferedRPS, s.Requests, s.OK, num(s.AdmittedP99Ms), verdict(s.Pass, s.Checks))
 		}
 	}
+	r.writeQuota(&b)
 	if len(r.Timings) > 0 {
 		b.WriteString("\nTimings:")
 		for i, t := range r.Timings {

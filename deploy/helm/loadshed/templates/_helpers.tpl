@@ -150,6 +150,17 @@ Seconds the application keeps running after the pod is told to stop.
 {{- end }}
 
 {{/*
+The sidecar's mode: proxy (a reverse proxy in front of the app) or extproc (the
+external processor of an Envoy in the pod).
+*/}}
+{{- define "loadshed.mode" -}}
+{{- if not (has .Values.mode (list "proxy" "extproc")) }}
+{{- fail (printf "mode: %q is not one of proxy, extproc" .Values.mode) }}
+{{- end }}
+{{- .Values.mode }}
+{{- end }}
+
+{{/*
 The sidecar's config file (the proxy's YAML schema). Only the selected
 strategy's block is written.
 */}}
@@ -196,6 +207,114 @@ strategy's block is written.
 {{- if $p.tls.secretName }}
 {{- $_ := set $cfg "tls" (dict "certFile" "/etc/loadshed-tls/tls.crt" "keyFile" "/etc/loadshed-tls/tls.key") }}
 {{- end }}
+{{- with include "loadshed.clientsConfig" . }}
+{{- $_ := set $cfg "clients" (fromYaml .) }}
+{{- end }}
+{{- if eq (include "loadshed.mode" .) "extproc" }}
+{{- /* The external processor of the pod's Envoy only: no data port, no upstream (Envoy forwards). */}}
+{{- $_ := set $cfg "listen" "" }}
+{{- $_ := unset $cfg "upstream" }}
+{{- $_ := set $cfg "extProc" (dict "listen" (printf "127.0.0.1:%d" (int $p.extProc.port)) "messageTimeout" $p.extProc.messageTimeout "maxMessageTimeout" $p.extProc.maxMessageTimeout) }}
+{{- end }}
 {{- $cfg = mustMergeOverwrite $cfg (deepCopy $p.extraConfig) }}
 {{- toYaml $cfg }}
+{{- end }}
+
+{{/*
+The Go runtime sized from the sidecar's resources: GOMAXPROCS from its CPU limit, rounded up
+(the runtime reads a cgroup quota too, but never goes below 2 threads, which a 1-CPU limit then
+throttles); LOADSHED_MEMORY_LIMIT from its memory limit, of which the proxy makes 90% its
+GOMEMLIMIT (garbage collection works harder near the limit instead of the container being
+killed). Without a limit Kubernetes reports the node's allocatable amount.
+*/}}
+{{- define "loadshed.goRuntimeEnv" -}}
+- name: GOMAXPROCS
+  valueFrom:
+    resourceFieldRef:
+      containerName: {{ .Values.proxy.name }}
+      resource: limits.cpu
+      divisor: "1"
+- name: LOADSHED_MEMORY_LIMIT
+  valueFrom:
+    resourceFieldRef:
+      containerName: {{ .Values.proxy.name }}
+      resource: limits.memory
+{{- end }}
+
+{{/*
+Whether the pods share their per-client quotas through a store: "true" or empty.
+*/}}
+{{- define "loadshed.quotaStore" -}}
+{{- $r := .Values.clients.store.redis }}
+{{- if and .Values.clients.enabled (or $r.addr $r.addrs) }}true{{ end }}
+{{- end }}
+
+{{/*
+The quota store's key prefix: the value, or one scoped to the release's namespace and full
+name, so that releases sharing one Redis neither share quotas nor count each other's pods
+(hashed when longer than the 64 characters the proxy allows).
+*/}}
+{{- define "loadshed.quotaKeyPrefix" -}}
+{{- $r := .Values.clients.store.redis }}
+{{- if $r.keyPrefix }}
+{{- $r.keyPrefix }}
+{{- else }}
+{{- $scope := printf "%s/%s" .Release.Namespace (include "loadshed.fullname" .) }}
+{{- $prefix := printf "loadshed:%s:" $scope }}
+{{- if gt (len $prefix) 64 }}
+{{- printf "loadshed:%s:" (sha256sum $scope | trunc 32) }}
+{{- else }}
+{{- $prefix }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The proxy's clients block (YAML), empty when clients.enabled is false. The store's password
+and TLS files come from the Secrets the Deployment mounts.
+*/}}
+{{- define "loadshed.clientsConfig" -}}
+{{- $c := .Values.clients }}
+{{- if $c.enabled }}
+{{- $clients := dict "rate" $c.rate "burst" $c.burst "maxKeys" $c.maxKeys "allow" $c.allow "deny" $c.deny }}
+{{- if include "loadshed.quotaStore" . }}
+{{- $r := $c.store.redis }}
+{{- if and $r.addr $r.addrs }}
+{{- fail "clients.store.redis: give addr (a single node) or addrs (a Cluster, or Sentinels with masterName), not both" }}
+{{- end }}
+{{- $redis := dict "timeout" $r.timeout "keyPrefix" (include "loadshed.quotaKeyPrefix" .) "poolSize" $r.poolSize "db" $r.db }}
+{{- if $r.addr }}
+{{- $_ := set $redis "addr" $r.addr }}
+{{- else }}
+{{- $_ := set $redis "addrs" $r.addrs }}
+{{- end }}
+{{- with $r.masterName }}
+{{- $_ := set $redis "masterName" . }}
+{{- end }}
+{{- with $r.username }}
+{{- $_ := set $redis "username" . }}
+{{- end }}
+{{- if $r.password.secretName }}
+{{- $_ := set $redis "passwordFile" "/etc/loadshed-redis/password" }}
+{{- end }}
+{{- if $r.tls.enabled }}
+{{- $tls := dict }}
+{{- with $r.tls.serverName }}
+{{- $_ := set $tls "serverName" . }}
+{{- end }}
+{{- if $r.tls.secretName }}
+{{- with $r.tls.caKey }}
+{{- $_ := set $tls "caFile" (printf "/etc/loadshed-redis-tls/%s" .) }}
+{{- end }}
+{{- if or $r.tls.certKey $r.tls.keyKey }}
+{{- $_ := set $tls "certFile" (printf "/etc/loadshed-redis-tls/%s" $r.tls.certKey) }}
+{{- $_ := set $tls "keyFile" (printf "/etc/loadshed-redis-tls/%s" $r.tls.keyKey) }}
+{{- end }}
+{{- end }}
+{{- $_ := set $redis "tls" $tls }}
+{{- end }}
+{{- $_ := set $clients "store" (dict "redis" $redis) }}
+{{- end }}
+{{- toYaml $clients }}
+{{- end }}
 {{- end }}

@@ -158,4 +158,22 @@ groups:
                scaling the Deployment during the outage is not seen until the store is back.
           summary: "loadshed on {{ "{{" }} $labels.instance {{ "}}" }} cannot use its quota store"
     {{- end }}{{ end }}
+    {{- with $rules.sidecarSaturated }}{{ if .enabled }}
+      - alert: "LoadshedSidecarSaturated"
+        expr: "max by (namespace, job, instance) (avg_over_time(loadshed_sidecar_saturated[5m])) > {{ .threshold }}\n"
+        for: {{ .for }}
+        labels:
+          severity: {{ .severity | quote }}
+        annotations:
+          description: "The sidecar {{ "{{" }} $labels.namespace {{ "}}" }}/{{ "{{" }} $labels.job {{ "}}" }} {{ "{{" }} $labels.instance {{ "}}" }} has been its own bottleneck for most of the last quarter hour: its goroutines wait for the CPU (loadshed_sidecar_delay_seconds), or its container is throttled by its CPU limit. Every request it forwards pays that delay. The adaptive limit does not shrink on its account; past server.saturation.shedAbove the sidecar refuses a share of new requests itself (reason sidecar_overload)."
+          runbook: |
+            1. Read the "Sidecar CPU" row of the dashboard: throttling means the container's
+               CPU limit is too low for the traffic; delay without throttling means the sidecar's
+               share of the node is too small (requests.cpu) or the node is overcommitted.
+            2. Raise the sidecar's CPU (proxy.resources in the chart). GOMAXPROCS follows the CPU
+               limit in the chart; check the pod's env if you set resources elsewhere.
+            3. If the traffic itself grew, scale out the Deployment: each replica's sidecar then
+               carries less.
+          summary: "loadshed sidecar on {{ "{{" }} $labels.instance {{ "}}" }} is short of CPU"
+    {{- end }}{{ end }}
 {{- end }}

@@ -1,0 +1,606 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/http/httpguts"
+
+	"github.com/loadshed/loadshed/internal/gate"
+	"github.com/loadshed/loadshed/internal/metrics"
+)
+
+// The forwarding half of the HTTP door. It does what a reverse proxy must (hop-by-hop headers
+// dropped both ways, forwarding headers this proxy vouches for, informational answers and
+// trailers passed on, protocol upgrades spliced, a body that breaks half-way cut off rather
+// than ended cleanly) with one allocation of its own per request: an exchange holds the
+// outgoing URL, the trace, the write deadlines and the forwarding header values, where the
+// standard library's reverse proxy allocates each of them apart (its allocations were most of
+// the proxy's own; see README "Efficiency").
+
+// exchange is one admitted request on its way to the upstream and back.
+type exchange struct {
+	h    *handler
+	pass *gate.Pass
+	in   *http.Request
+	w    idleWriter
+	url  url.URL
+	body heldBody
+	// The values of the forwarding headers (X-Forwarded-For, -Host, -Proto, User-Agent): each
+	// header's one-element slice points into this array.
+	fwd   [4]string
+	trace httptrace.ClientTrace
+	// Informational answers (1xx) are passed on until the final one arrives.
+	mu    sync.Mutex
+	final bool
+	// A response body read in full before it is passed on (see hold).
+	held  *[]byte
+	heldN int
+}
+
+// forward sends the admitted request r to the upstream with ctx as its context and passes the
+// answer on to w.
+func (h *handler) forward(w http.ResponseWriter, r *http.Request, pass *gate.Pass, ctx context.Context) {
+	x := &exchange{h: h, pass: pass, in: r, w: idleWriter{ResponseWriter: w, idle: h.writeIdle}}
+	out, err := x.outbound(ctx)
+	if err != nil {
+		h.upstreamFailed(&x.w, r.WithContext(ctx), err)
+		return
+	}
+	if out.Body != nil {
+		defer x.body.end()
+	}
+	res, err := h.transport.RoundTrip(out)
+	x.mu.Lock()
+	x.final = true
+	x.mu.Unlock()
+	if err != nil {
+		h.upstreamFailed(&x.w, out, err)
+		return
+	}
+	if res.StatusCode == http.StatusSwitchingProtocols {
+		x.pass.Responded(res.StatusCode, time.Now(), true)
+		x.pass.Complete()
+		x.switchProtocols(out, res)
+		return
+	}
+	x.respond(res)
+}
+
+// outbound builds the request the upstream receives.
+func (x *exchange) outbound(ctx context.Context) (*http.Request, error) {
+	in, h := x.in, x.h
+	upgrade := upgradeType(in.Header)
+	if !printable(upgrade) {
+		return nil, fmt.Errorf("client asked to switch to the invalid protocol %q", upgrade)
+	}
+	// The outgoing header shares the client's value slices: neither header's slices are
+	// changed afterwards (headers are set anew, never appended to in place).
+	hdr := make(http.Header, len(in.Header)+len(x.fwd))
+	for name, values := range in.Header {
+		hdr[name] = values
+	}
+	dropHopHeaders(hdr)
+	if httpguts.HeaderValuesContainsToken(in.Header["Te"], "trailers") {
+		// The client reads trailers (gRPC needs them): say so, since Te itself is hop-by-hop.
+		hdr["Te"] = []string{"trailers"}
+	}
+	if upgrade != "" {
+		hdr["Connection"] = []string{"Upgrade"}
+		hdr["Upgrade"] = []string{upgrade}
+	}
+	cfg := h.gate.Config()
+	x.forwarded(hdr, cfg.TrustForwardedHeaders)
+	// The admission headers go; the remaining deadline is forwarded, so the upstream can give
+	// up in time too.
+	remove, set := x.pass.Forward(time.Now())
+	for _, name := range remove {
+		hdr.Del(name)
+	}
+	for _, f := range set {
+		hdr.Set(f.Name, f.Value)
+	}
+
+	target := h.upstream.Load()
+	x.url = *in.URL
+	x.url.Scheme, x.url.Host = target.Scheme, target.Host
+	x.url.Path, x.url.RawPath = joinPath(target, in.URL)
+	x.url.RawQuery = cleanQuery(in.URL.RawQuery) // (the upstream URL has no query of its own)
+
+	x.trace.Got1xxResponse = x.informational
+	out := in.WithContext(httptrace.WithClientTrace(ctx, &x.trace))
+	out.URL = &x.url
+	out.Header = hdr
+	out.Close = false
+	out.RequestURI = ""
+	out.Host = ""
+	if cfg.PreserveHost {
+		out.Host = in.Host
+	}
+	if in.ContentLength == 0 {
+		// No body: a transport may then retry an idempotent request on a fresh connection.
+		out.Body, out.GetBody = nil, nil
+	} else if in.Body != nil {
+		// The transport closes the body it was given, possibly after RoundTrip returns; the
+		// client's body is the server's to close (closing it early could hang a client that
+		// waits for 100 Continue).
+		x.body.body = in.Body
+		x.body.refs.Store(2)
+		out.Body = &x.body
+	}
+	return out, nil
+}
+
+// forwarded sets the forwarding headers: the client's address, the host it asked for and the
+// scheme it used, as this proxy saw them; a trusted ingress's values are kept (its
+// X-Forwarded-For gains this hop). An untrusted client's are dropped.
+func (x *exchange) forwarded(hdr http.Header, trusted bool) {
+	in := x.in
+	prior := in.Header.Values("X-Forwarded-For")
+	for _, name := range []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"} {
+		delete(hdr, name)
+	}
+	if ip, _, err := net.SplitHostPort(in.RemoteAddr); err == nil {
+		x.fwd[0] = ip
+		if trusted && len(prior) > 0 {
+			x.fwd[0] = strings.Join(prior, ", ") + ", " + ip
+		}
+		hdr["X-Forwarded-For"] = x.fwd[0:1:1]
+	}
+	x.fwd[1] = in.Host
+	x.fwd[2] = "http"
+	if in.TLS != nil {
+		x.fwd[2] = "https"
+	}
+	if trusted {
+		if v := in.Header.Get("X-Forwarded-Host"); v != "" {
+			x.fwd[1] = v
+		}
+		if v := in.Header.Get("X-Forwarded-Proto"); v != "" {
+			x.fwd[2] = v
+		}
+	}
+	hdr["X-Forwarded-Host"] = x.fwd[1:2:2]
+	hdr["X-Forwarded-Proto"] = x.fwd[2:3:3]
+	if _, ok := hdr["User-Agent"]; !ok {
+		// An empty value keeps the transport from sending its own.
+		hdr["User-Agent"] = x.fwd[3:4:4]
+	}
+}
+
+// informational passes an informational answer (103 Early Hints, 100 Continue) on to the
+// client, unless the final answer has already arrived.
+func (x *exchange) informational(code int, header textproto.MIMEHeader) error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.final {
+		return nil
+	}
+	dst := x.w.Header()
+	addHeaders(dst, http.Header(header))
+	x.w.WriteHeader(code)
+	clear(dst) // what was written belongs to this answer only
+	return nil
+}
+
+// respond passes the upstream's answer on: its outcome to the gate first (the permit goes back
+// as soon as the upstream is done), then the headers, the body and the trailers.
+func (x *exchange) respond(res *http.Response) {
+	defer res.Body.Close()
+	pass := x.pass
+	now := time.Now()
+	var holdErr error
+	if gate.IsGRPC(x.in.Header.Get("Content-Type")) && res.StatusCode == http.StatusOK {
+		// A gRPC call ends with its grpc-status: in the headers of a trailers-only answer, else
+		// in the trailers after the last message.
+		pass.Responded(res.StatusCode, now, pass.Streaming())
+		switch {
+		case res.Header.Get("Grpc-Status") != "":
+			pass.CallEnded(gate.GRPCStatus(res.Header.Get("Grpc-Status")), now)
+		case pass.Streaming():
+			pass.Complete()
+		default:
+			res.Body = &grpcBody{ReadCloser: res.Body, res: res, pass: pass}
+		}
+	} else {
+		// Upgrades and event streams are streams: their permit goes back as they start, and
+		// their duration is no sample.
+		stream := pass.Streaming() || gate.IsEventStream(res.Header.Get("Content-Type"))
+		pass.Responded(res.StatusCode, now, stream)
+		if stream {
+			pass.Complete()
+		} else if x.h.respBuffer > 0 {
+			var whole bool
+			if whole, holdErr = x.hold(res); whole {
+				// The upstream is done: the permit goes back now, not when a slow client has
+				// read the answer.
+				pass.Complete()
+			}
+		}
+	}
+
+	dropHopHeaders(res.Header)
+	dst := x.w.Header()
+	addHeaders(dst, res.Header)
+	announced := len(res.Trailer)
+	if announced > 0 {
+		names := make([]string, 0, announced)
+		for name := range res.Trailer {
+			names = append(names, name)
+		}
+		dst.Add("Trailer", strings.Join(names, ", "))
+	}
+	x.w.WriteHeader(res.StatusCode)
+
+	var err error
+	if x.held != nil {
+		_, err = x.w.Write((*x.held)[:x.heldN])
+		x.h.respBudget.give(int64(cap(*x.held)))
+		putBuffer(x.held)
+		x.held = nil
+		if err == nil {
+			err = holdErr
+		}
+	} else {
+		err = x.copyBody(res)
+	}
+	if err != nil {
+		// The client must see the answer broken off, not ended as if whole: the connection
+		// is aborted (and the deferred handler in ServeHTTP settles the permit).
+		x.h.log.Debug("response body cut short", "err", err)
+		panic(http.ErrAbortHandler)
+	}
+	if len(res.Trailer) > 0 {
+		// Trailers need a chunked (or HTTP/2) answer: flushing the headers commits to one.
+		x.w.Flush()
+		if len(res.Trailer) == announced {
+			addHeaders(dst, res.Trailer)
+			return
+		}
+		for name, values := range res.Trailer {
+			for _, v := range values {
+				dst.Add(http.TrailerPrefix+name, v)
+			}
+		}
+	}
+}
+
+// hold reads an upstream body of known length, up to server.responseBodyBuffer, in full while
+// the response buffer budget lasts, so the upstream is done before a slow client has read it.
+// It reports whether the whole body is held (or there is none); a body that broke half-way is
+// held as far as it came, with the error that broke it.
+func (x *exchange) hold(res *http.Response) (bool, error) {
+	if res.Body == nil || res.Body == http.NoBody || x.in.Method == http.MethodHead {
+		return true, nil
+	}
+	if res.ContentLength < 0 || res.ContentLength > x.h.respBuffer {
+		return false, nil
+	}
+	buf := getBuffer(int(res.ContentLength))
+	if !x.h.respBudget.take(int64(cap(*buf))) {
+		putBuffer(buf)
+		return false, nil // every buffer is in use: this one streams under its permit
+	}
+	n, err := io.ReadFull(res.Body, *buf)
+	x.held, x.heldN = buf, n
+	return err == nil, err
+}
+
+// copyBody copies the upstream's body to the client through a pooled buffer; a body of unknown
+// length (a stream, a gRPC call) is flushed after every write.
+func (x *exchange) copyBody(res *http.Response) error {
+	flush := res.ContentLength < 0 || gate.IsEventStream(res.Header.Get("Content-Type"))
+	buf := copyBuffers.Get().(*[]byte)
+	defer copyBuffers.Put(buf)
+	for {
+		n, rerr := res.Body.Read(*buf)
+		if n > 0 {
+			if _, err := x.w.Write((*buf)[:n]); err != nil {
+				return err
+			}
+			if flush {
+				x.w.Flush()
+			}
+		}
+		switch {
+		case rerr == io.EOF:
+			return nil
+		case rerr != nil:
+			return rerr
+		}
+	}
+}
+
+var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// switchProtocols splices the client's connection to the upstream's after a 101 answer (a
+// WebSocket), until either side ends.
+func (x *exchange) switchProtocols(out *http.Request, res *http.Response) {
+	h := x.h
+	asked, got := upgradeType(out.Header), upgradeType(res.Header)
+	if !printable(got) {
+		res.Body.Close()
+		h.upstreamFailed(&x.w, out, fmt.Errorf("upstream switched to the invalid protocol %q", got))
+		return
+	}
+	if !strings.EqualFold(asked, got) {
+		res.Body.Close()
+		h.upstreamFailed(&x.w, out, fmt.Errorf("upstream switched to %q where %q was asked for", got, asked))
+		return
+	}
+	back, ok := res.Body.(io.ReadWriteCloser)
+	if !ok {
+		res.Body.Close()
+		h.upstreamFailed(&x.w, out, fmt.Errorf("a 101 answer without a writable body"))
+		return
+	}
+	conn, rw, err := http.NewResponseController(&x.w).Hijack()
+	if err != nil {
+		back.Close()
+		h.upstreamFailed(&x.w, out, fmt.Errorf("switching protocols: %w", err))
+		return
+	}
+	defer conn.Close()
+	defer back.Close()
+	// The client's leaving (its context ends) closes the upstream side too.
+	stop := context.AfterFunc(out.Context(), func() { back.Close() })
+	defer stop()
+	addHeaders(x.w.Header(), res.Header)
+	res.Header = x.w.Header()
+	res.Body = nil // res.Write writes the status line and headers only
+	if err := res.Write(rw); err != nil {
+		h.log.Debug("switching protocols: writing the 101", "err", err)
+		return
+	}
+	if err := rw.Flush(); err != nil {
+		h.log.Debug("switching protocols: writing the 101", "err", err)
+		return
+	}
+	done := make(chan struct{}, 2)
+	go func() {
+		// What the client sent with its request (buffered) goes first.
+		_, _ = io.Copy(back, rw)
+		closeWrite(back)
+		done <- struct{}{}
+	}()
+	go func() {
+		_, _ = io.Copy(conn, back)
+		closeWrite(conn)
+		done <- struct{}{}
+	}()
+	<-done // either side ending ends the splice: the deferred closes stop the other copy
+}
+
+func closeWrite(c any) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
+}
+
+// heldBody is the client's body as the outgoing request's: the transport's Close does not close
+// the client's body, and once the handler has returned the body is not read any more (the
+// server owns the connection again). A buffer the body was read into goes back to its pool when
+// both the transport and the handler are done with it.
+type heldBody struct {
+	body  io.ReadCloser
+	ended atomic.Bool
+	refs  atomic.Int32
+}
+
+func (b *heldBody) Read(p []byte) (int, error) {
+	if b.ended.Load() {
+		return 0, http.ErrBodyReadAfterClose
+	}
+	return b.body.Read(p)
+}
+
+// Close is the transport's: it is done with the body.
+func (b *heldBody) Close() error {
+	b.release()
+	return nil
+}
+
+// end is the handler's.
+func (b *heldBody) end() {
+	b.ended.Store(true)
+	b.release()
+}
+
+func (b *heldBody) release() {
+	if b.refs.Add(-1) != 0 {
+		return
+	}
+	switch body := b.body.(type) {
+	case *bufferedBody:
+		body.recycle()
+	case *prefixedBody:
+		body.recycle()
+	}
+}
+
+// upgradeType is the protocol a message asks to switch to; empty when it asks for none.
+func upgradeType(h http.Header) string {
+	if !httpguts.HeaderValuesContainsToken(h["Connection"], "Upgrade") {
+		return ""
+	}
+	return h.Get("Upgrade")
+}
+
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < ' ' || s[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+// hopHeaders are hop-by-hop whether or not Connection names them (RFC 9110 7.6.1 and the
+// RFC 2616 list that clients still send).
+var hopHeaders = [...]string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+// dropHopHeaders removes the headers that describe one connection, not the message: those
+// Connection names, and the standard ones.
+func dropHopHeaders(h http.Header) {
+	for _, v := range h["Connection"] {
+		for name := range strings.SplitSeq(v, ",") {
+			if name = textproto.TrimString(name); name != "" {
+				h.Del(name)
+			}
+		}
+	}
+	for _, name := range hopHeaders {
+		delete(h, name)
+	}
+}
+
+// addHeaders adds src's values to dst. A name dst does not have takes src's slice as it is:
+// both are this request's, and neither changes afterwards.
+func addHeaders(dst, src http.Header) {
+	for name, values := range src {
+		if have, ok := dst[name]; ok {
+			dst[name] = append(have, values...)
+		} else {
+			dst[name] = values
+		}
+	}
+}
+
+// joinPath appends the request's path to the upstream URL's base path with one slash between
+// them; where either path has an escaped form of its own, the escaped forms are joined alike.
+func joinPath(base, req *url.URL) (path, rawPath string) {
+	if base.RawPath == "" && req.RawPath == "" {
+		return slashJoin(base.Path, req.Path), ""
+	}
+	bp, rp := base.EscapedPath(), req.EscapedPath()
+	switch bs, rs := strings.HasSuffix(bp, "/"), strings.HasPrefix(rp, "/"); {
+	case bs && rs:
+		return base.Path + strings.TrimPrefix(req.Path, "/"), bp + rp[1:]
+	case !bs && !rs:
+		return base.Path + "/" + req.Path, bp + "/" + rp
+	}
+	return base.Path + req.Path, bp + rp
+}
+
+// slashJoin joins a and b with exactly one slash between them.
+func slashJoin(a, b string) string {
+	switch as, bs := strings.HasSuffix(a, "/"), strings.HasPrefix(b, "/"); {
+	case as && bs:
+		return a + b[1:]
+	case !as && !bs:
+		return a + "/" + b
+	}
+	return a + b
+}
+
+// cleanQuery re-encodes a query the upstream could read differently from this proxy: one with a
+// semicolon (some servers split on it, Go does not), a malformed escape, or more parameters
+// than Go's parser takes. A plain query passes unchanged (and unallocated).
+func cleanQuery(q string) string {
+	if strings.Count(q, "&") >= maxQueryParams {
+		return reencodeQuery(q)
+	}
+	for i := 0; i < len(q); i++ {
+		switch q[i] {
+		case ';':
+			return reencodeQuery(q)
+		case '%':
+			if i+2 >= len(q) || !isHex(q[i+1]) || !isHex(q[i+2]) {
+				return reencodeQuery(q)
+			}
+			i += 2
+		}
+	}
+	return q
+}
+
+// maxQueryParams is net/url's default limit on the parameters of one query.
+const maxQueryParams = 10000
+
+func reencodeQuery(q string) string {
+	v, _ := url.ParseQuery(q)
+	return v.Encode()
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+// upstreamFailed answers a request the upstream did not answer, or whose body failed on the
+// way: the client's doing (it left, its body was malformed, too large or too slow) is counted
+// as the client's, the rest as the upstream's (502, or 504 on a timeout), never as a shed.
+func (h *handler) upstreamFailed(w http.ResponseWriter, r *http.Request, err error) {
+	pass := gate.PassFrom(r.Context())
+	fail := func(outcome string, status int) {
+		if pass != nil {
+			pass.Failed(outcome, status)
+		}
+	}
+	grpc := gate.IsGRPC(r.Header.Get("Content-Type"))
+	if r.Context().Err() != nil && !errors.Is(r.Context().Err(), context.DeadlineExceeded) {
+		// The client went away, or its body stopped at server.readTimeout (net/http cancels
+		// the context on a read error). A departed client never sees this answer; a slow one
+		// must not get the empty 200 net/http would send if nothing were written.
+		fail(metrics.OutcomeCanceled, 0)
+		if grpc {
+			writeGRPCStatus(w, gate.GRPCCanceled, "request canceled", "", "")
+			return
+		}
+		w.Header().Set("Connection", "close")
+		w.WriteHeader(http.StatusRequestTimeout)
+		return
+	}
+	var bodyErr error
+	if pass != nil {
+		bodyErr = pass.BodyError()
+	}
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) || errors.As(bodyErr, &tooBig) {
+		// A streamed (chunked) body outgrew server.maxBodyBytes: the client's fault.
+		fail(metrics.OutcomeClientError, http.StatusRequestEntityTooLarge)
+		h.clientError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes", tooBig.Limit), grpc)
+		return
+	}
+	switch classifyBodyError(bodyErr, false) {
+	case bodyMalformed:
+		// The client's body broke its own framing: its error, never the upstream's.
+		fail(metrics.OutcomeClientError, http.StatusBadRequest)
+		h.clientError(w, http.StatusBadRequest, "malformed request body", grpc)
+		return
+	case bodySlow, bodyGone:
+		fail(metrics.OutcomeCanceled, 0)
+		h.clientError(w, http.StatusRequestTimeout, "", grpc)
+		return
+	}
+	code, outcome := http.StatusBadGateway, metrics.OutcomeUpstreamError
+	var ne net.Error
+	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+		code, outcome = http.StatusGatewayTimeout, metrics.OutcomeUpstreamTimeout
+	}
+	fail(outcome, code)
+	h.log.Debug("upstream failed", "err", err, "status", code)
+	if grpc {
+		// Never confused with a shed: no pushback, no X-Loadshed-Reason.
+		g := gate.GRPCUnavailable
+		if code == http.StatusGatewayTimeout {
+			g = gate.GRPCDeadlineExceeded
+		}
+		writeGRPCStatus(w, g, "upstream "+strings.ReplaceAll(outcome, "_", " "), "", "")
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(code)
+	fmt.Fprintf(w, "%d %s: upstream %s\n", code, http.StatusText(code), strings.ReplaceAll(outcome, "_", " "))
+}

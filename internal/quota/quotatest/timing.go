@@ -1,0 +1,169 @@
+package quotatest
+
+import (
+	"fmt"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Goroutines counts the process's goroutines, leaving out the stalling proxy's: it stands for
+// the network, not for the code under test.
+func Goroutines() int {
+	n := 0
+	for _, g := range strings.Split(GoroutineDump(), "\n\n") {
+		if strings.HasPrefix(g, "goroutine ") && !strings.Contains(g, "(*StallProxy)") {
+			n++
+		}
+	}
+	return n
+}
+
+// SettledGoroutines waits until Goroutines() is at most want (background goroutines of closed
+// clients end on their own schedule: go-redis' re-dial loop sleeps a second) and returns the
+// last count.
+func SettledGoroutines(want int, within time.Duration) int {
+	deadline := time.Now().Add(within)
+	for {
+		n := Goroutines()
+		if n <= want || time.Now().After(deadline) {
+			return n
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// GoroutineDump is the stacks of every goroutine, for a failure message.
+func GoroutineDump() string {
+	buf := make([]byte, 4<<20)
+	return string(buf[:runtime.Stack(buf, true)])
+}
+
+// Latencies collects durations.
+type Latencies struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+// Add records d.
+func (l *Latencies) Add(d time.Duration) {
+	l.mu.Lock()
+	l.d = append(l.d, d)
+	l.mu.Unlock()
+}
+
+// Quantile returns the q-quantile (0..1) and the count.
+func (l *Latencies) Quantile(q float64) (time.Duration, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.d) == 0 {
+		return 0, 0
+	}
+	s := slices.Clone(l.d)
+	slices.Sort(s)
+	i := min(len(s)-1, int(q*float64(len(s))))
+	return s[i], len(s)
+}
+
+func (l *Latencies) String() string {
+	p50, n := l.Quantile(0.5)
+	p99, _ := l.Quantile(0.99)
+	mx, _ := l.Quantile(1)
+	return fmt.Sprintf("n=%d p50=%s p99=%s max=%s", n, p50, p99, mx)
+}
+
+// StallMonitor measures how late this process's goroutines get to run: one goroutine sleeps
+// 2 ms at a time and records every wake-up more than 3 ms late. On a shared machine the whole
+// process is sometimes not scheduled for tens of milliseconds; a call that outlasts the store
+// timeout across such a stall was held up by the machine, not by the store.
+type StallMonitor struct {
+	mu     sync.Mutex
+	stalls []span
+	stop   chan struct{}
+	done   chan struct{}
+}
+
+type span struct{ from, to time.Time }
+
+// StartStallMonitor starts measuring; End stops it.
+func StartStallMonitor() *StallMonitor {
+	m := &StallMonitor{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(m.done)
+		for {
+			select {
+			case <-m.stop:
+				return
+			default:
+			}
+			want := time.Now().Add(2 * time.Millisecond)
+			time.Sleep(2 * time.Millisecond)
+			if late := time.Since(want); late > 3*time.Millisecond {
+				m.mu.Lock()
+				m.stalls = append(m.stalls, span{want, want.Add(late)})
+				m.mu.Unlock()
+			}
+		}
+	}()
+	return m
+}
+
+// End stops the monitor.
+func (m *StallMonitor) End() {
+	close(m.stop)
+	<-m.done
+}
+
+// LongestIn returns the longest stall overlapping [from, to].
+func (m *StallMonitor) LongestIn(from, to time.Time) time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var longest time.Duration
+	for _, s := range m.stalls {
+		if s.to.After(from) && s.from.Before(to) {
+			longest = max(longest, s.to.Sub(s.from))
+		}
+	}
+	return longest
+}
+
+// Longest returns the longest stall seen.
+func (m *StallMonitor) Longest() time.Duration {
+	return m.LongestIn(time.Time{}, time.Now().Add(time.Hour))
+}
+
+// Call is one timed call: when it began and how long it took beyond what it would have taken
+// anyway (the added wait).
+type Call struct {
+	Start time.Time
+	Took  time.Duration
+}
+
+// CheckAddedWait fails the test for a call that took longer than bound unless the process
+// itself stalled, during that call, for at least the excess. It logs how many calls were
+// excused so.
+func CheckAddedWait(t testing.TB, what string, calls []Call, bound time.Duration, mon *StallMonitor) {
+	t.Helper()
+	excused := 0
+	var worstExcused time.Duration
+	for _, c := range calls {
+		excess := c.Took - bound
+		if excess <= 0 {
+			continue
+		}
+		if stall := mon.LongestIn(c.Start, c.Start.Add(c.Took)); stall >= excess {
+			excused++
+			worstExcused = max(worstExcused, c.Took)
+			continue
+		}
+		t.Errorf("%s: a call took %v, more than %v, and the process did not stall that long meanwhile (longest stall %v)",
+			what, c.Took, bound, mon.LongestIn(c.Start, c.Start.Add(c.Took)))
+	}
+	if excused > 0 {
+		t.Logf("FIGURE %s: %d calls outlasted %v during process stalls (the machine; longest call %v, longest stall %v)",
+			what, excused, bound, worstExcused, mon.Longest())
+	}
+}
