@@ -7,6 +7,9 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/loadshed/loadshed/internal/lab"
 )
 
 // TestCompareLabWithLive runs the lab and the live system (backend + proxy on loopback, the
@@ -32,4 +35,74 @@ func TestCompareLabWithLive(t *testing.T) {
 	if rows != 3 {
 		t.Fatalf("%d strategies compared, want 3", rows)
 	}
+}
+
+// TestCompareNearCapacity is a short version of the acceptance matrix (lab compare --matrix):
+// for a constant service time and slow tails of 2% and 5%, an in-flight limit, token buckets at
+// 0.9x and 1.1x of capacity, a leaky bucket at 1.0x, a bounded queue and a chain, at 3x, each
+// calibrated first. Every row must be within its bounds (5 points, 25% p99, or inside the band
+// near capacity, or within a fragile p99's neighbours). Load generator, proxy and backend share
+// the machine's cores, so a row that misses is measured once more (calibrated again) and both
+// runs are logged.
+func TestCompareNearCapacity(t *testing.T) {
+	ctx := context.Background()
+	live, progress := newLive(), &testLog{t}
+	for _, svc := range lab.MatrixServices {
+		service, err := lab.ParseService(svc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := lab.Scenario{Service: service, Servers: 8, Seed: 1, Client: lab.Client{Timeout: 2 * time.Second}}
+		strategies, err := lab.MatrixStrategies(sc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := lab.CompareConfig{Scenario: sc, Loads: []float64{3}, Duration: 4 * time.Second, Calibrate: true}
+		cmp, err := lab.CompareAll(ctx, cfg, strategies, live, progress)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cal := cmp.Calibration
+		t.Logf("%s: calibrated: %s", svc, describeCalibration(*cal))
+		// The hop costs something, and not more than a fifth of the capacity.
+		if nominal := lab.Capacity(sc); cmp.Effective > nominal || cmp.Effective < 0.8*nominal {
+			t.Errorf("%s: effective capacity %.1f rps, want within 80%%..100%% of the nominal %.1f", svc, cmp.Effective, nominal)
+		}
+		if p50 := cal.Loaded.Quantile(0.5); p50 <= 0 || p50 > 10*time.Millisecond {
+			t.Errorf("%s: path hop p50 %s, want in (0, 10ms]", svc, p50)
+		}
+		var table bytes.Buffer
+		if err := lab.WriteCompareTable(&table, cmp.Rows); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s:\n%s", svc, table.String())
+		if len(cmp.Rows) != len(strategies) {
+			t.Fatalf("%s: %d rows, want %d", svc, len(cmp.Rows), len(strategies))
+		}
+		for i, row := range cmp.Rows {
+			if row.Within() {
+				continue
+			}
+			again, err := lab.CompareAll(ctx, cfg, strategies[i:i+1], live, progress)
+			if err != nil {
+				t.Fatal(err)
+			}
+			table.Reset()
+			if err := lab.WriteCompareTable(&table, again.Rows); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s: %s missed its bounds; once more (hop %s):\n%s", svc, row.Strategy, again.Hop, table.String())
+			if !again.Rows[0].Within() {
+				t.Errorf("%s: %s: the lab's prediction is outside the bounds twice", svc, row.Strategy)
+			}
+		}
+	}
+}
+
+// testLog writes progress lines to the test log.
+type testLog struct{ t *testing.T }
+
+func (l *testLog) Write(p []byte) (int, error) {
+	l.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
 }

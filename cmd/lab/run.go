@@ -24,7 +24,8 @@ Commands:
   backpressure  reproduce the published comparison (1000 requests, 200 rps offered, 100 rps target)
   run           run strategies (or a proxy config) against a modelled workload
   sweep         run strategies at offered loads from 0.25x to 10x of capacity
-  compare       run a scenario in the lab and live, side by side
+  compare       run a scenario in the lab and live, side by side (calibrating the hop first)
+  calibrate     measure the hop through the live proxy, unloaded and at capacity
   quota         predict what a per-client quota gives a client at given replica counts
   trace         write the arrivals of a workload as a trace file
   help          show this text
@@ -53,6 +54,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runSweep(ctx, rest, stdout, stderr)
 	case "compare":
 		return runCompare(ctx, rest, stdout, stderr)
+	case "calibrate":
+		return runCalibrate(ctx, rest, stdout, stderr)
 	case "quota":
 		return runQuota(rest, stdout, stderr)
 	case "trace":
@@ -146,6 +149,7 @@ type scenarioFlags struct {
 	honorRetryAfter bool
 	slo             time.Duration
 	seed            uint64
+	hop             string
 }
 
 func (f *scenarioFlags) register(fs *flag.FlagSet, timeout, slo time.Duration) {
@@ -162,7 +166,8 @@ func (f *scenarioFlags) register(fs *flag.FlagSet, timeout, slo time.Duration) {
 	fs.StringVar(&f.retryOn, "retry-on", "refusal,timeout", "what clients retry: refusal, timeout, or both")
 	fs.BoolVar(&f.honorRetryAfter, "honor-retry-after", false, "wait at least the Retry-After of a refusal")
 	fs.DurationVar(&f.slo, "slo", slo, "a success within this much of a request's first attempt counts as goodput (0 = every success)")
-	fs.Uint64Var(&f.seed, "seed", 1, "seed of Poisson arrivals, service times and jitter")
+	fs.Uint64Var(&f.seed, "seed", 1, "seed of Poisson arrivals, service times, hops and jitter")
+	fs.StringVar(&f.hop, "hop", "none", "what each admitted request pays on the way through the proxy to the backend and back: none, 1.2ms (path=1.2ms), path=1.2ms,worker=1ms, or file=hop.csv,worker=1ms (lab calibrate measures it)")
 }
 
 func (f *scenarioFlags) scenario() (lab.Scenario, error) {
@@ -170,8 +175,12 @@ func (f *scenarioFlags) scenario() (lab.Scenario, error) {
 	if err != nil {
 		return lab.Scenario{}, fmt.Errorf("--service: %w", err)
 	}
+	hop, err := lab.ParseHop(f.hop)
+	if err != nil {
+		return lab.Scenario{}, fmt.Errorf("--hop: %w", err)
+	}
 	sc := lab.Scenario{
-		Service: svc, Servers: f.servers, UpstreamTimeout: f.upstreamTimeout, SLO: f.slo, Seed: f.seed,
+		Hop: hop, Service: svc, Servers: f.servers, UpstreamTimeout: f.upstreamTimeout, SLO: f.slo, Seed: f.seed,
 		Client: lab.Client{
 			Timeout: f.timeout, PropagateDeadline: f.propagate,
 			Retry: lab.Retry{Max: f.retries, Backoff: f.backoff, Multiplier: f.multiplier, MaxBackoff: f.maxBackoff,
@@ -337,12 +346,24 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		results = append(results, lab.Named{Strategy: s.Name, Result: r})
 	}
-	fmt.Fprintf(stdout, "Arrivals: %s. %s, %s. Client timeout: %s, retries: %d.\n\n",
-		sc.Arrivals, describeService(c.sf.service), describeServers(sc.Servers), describeTimeout(sc.Client.Timeout), sc.Client.Retry.Max)
+	fmt.Fprintf(stdout, "Arrivals: %s. %s, %s. Client timeout: %s, retries: %d.%s\n\n",
+		sc.Arrivals, describeService(c.sf.service), describeServers(sc.Servers), describeTimeout(sc.Client.Timeout), sc.Client.Retry.Max, describeHop(sc))
 	return report(*c.out, "run", results, true, *c.noCharts, stdout, stderr)
 }
 
 func describeService(spec string) string { return "service " + spec }
+
+// describeHop is a sentence on the scenario's hop, empty when there is none.
+func describeHop(sc lab.Scenario) string {
+	if sc.Hop.IsZero() {
+		return ""
+	}
+	s := " Hop: " + sc.Hop.String()
+	if c := lab.EffectiveCapacity(sc); c > 0 {
+		s += fmt.Sprintf(" (effective capacity %.1f rps)", c)
+	}
+	return s + "."
+}
 
 func describeServers(n int) string {
 	if n == 0 {
@@ -397,8 +418,8 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "Capacity %.1f rps (%s, %s); SLO %s; client timeout %s.\n\n", capRPS, describeService(c.sf.service),
-		describeServers(sc.Servers), describeTimeout(sc.SLO), describeTimeout(sc.Client.Timeout))
+	fmt.Fprintf(stdout, "Capacity %.1f rps (%s, %s); SLO %s; client timeout %s.%s\n\n", capRPS, describeService(c.sf.service),
+		describeServers(sc.Servers), describeTimeout(sc.SLO), describeTimeout(sc.Client.Timeout), describeHop(sc))
 	if err := writeSweepTable(stdout, points); err != nil {
 		return err
 	}
@@ -469,10 +490,18 @@ func writeSweepTable(w io.Writer, points []lab.SweepPoint) error {
 
 func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := newCommand("compare", stderr, defaultStrategies{specs: lab.DefaultCompareSpecs()}, 2*time.Second, 0, "")
-	capacity := c.fs.Float64("capacity", 0, "backend capacity in requests/s (0 = servers / mean service time)")
+	capacity := c.fs.Float64("capacity", 0, "backend capacity in requests/s that loads are multiples of (0 = servers / mean service time)")
 	load := c.fs.Float64("load", 2, "offered load as a multiple of capacity")
+	loadList := c.fs.String("loads", "", "several offered loads, e.g. 1.5,3,5 (overrides --load)")
 	duration := c.fs.Duration("duration", 10*time.Second, "how long requests are offered")
 	labOnly := c.fs.Bool("lab-only", false, "run only the lab half")
+	matrix := c.fs.Bool("matrix", false, "run the acceptance matrix: for each of "+strings.Join(lab.MatrixServices, ", ")+
+		" (or --service), an in-flight limit, token buckets at 0.9x and 1.1x of capacity, a leaky bucket at 1.0x, a bounded queue and a chain, at loads "+
+		strings.Trim(strings.Join(strings.Fields(fmt.Sprint(lab.MatrixLoads)), ","), "[]")+" (unless --loads)")
+	if f := c.fs.Lookup("hop"); f != nil {
+		f.Usage += "; when not given, compare calibrates with the live half (none with --lab-only)"
+	}
+	out := c.fs.String("out", "", "directory for compare.csv and the calibration's hop samples (default: none written)")
 	// A 1% slow tail puts p99 on the edge of the tail's clamp, where a handful of samples decide
 	// it: compare defaults to the sampler's normal part alone, which both halves resolve.
 	if f := c.fs.Lookup("service"); f != nil {
@@ -483,21 +512,247 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	var live lab.Live
-	if !*labOnly {
-		live = newLive(stderr)
-		if live == nil {
-			fmt.Fprintln(stderr, "lab: this build has no live half; showing the lab's prediction only")
+	cfg := lab.CompareConfig{Capacity: *capacity, Load: *load, Duration: *duration}
+	if *loadList != "" {
+		if cfg.Loads, err = parseLoads(*loadList); err != nil {
+			return cli.UsageError{Err: err}
 		}
 	}
-	rows, capRPS, err := lab.Compare(ctx, lab.CompareConfig{Scenario: sc, Capacity: *capacity, Load: *load, Duration: *duration}, strategies, live)
+	type block struct {
+		service    string
+		sc         lab.Scenario
+		strategies []lab.Strategy
+	}
+	blocks := []block{{c.sf.service, sc, strategies}}
+	if *matrix {
+		for _, f := range []string{"strategy", "config", "capacity"} {
+			if flagSet(c.fs, f) {
+				return cli.Usagef("--matrix chooses the strategies itself: drop --%s", f)
+			}
+		}
+		if len(cfg.Loads) == 0 {
+			cfg.Loads = lab.MatrixLoads
+		}
+		services := lab.MatrixServices
+		if flagSet(c.fs, "service") {
+			services = []string{c.sf.service}
+		}
+		blocks = nil
+		for _, spec := range services {
+			bsc := sc
+			if bsc.Service, err = lab.ParseService(spec); err != nil {
+				return err
+			}
+			sts, err := lab.MatrixStrategies(bsc)
+			if err != nil {
+				return err
+			}
+			blocks = append(blocks, block{spec, bsc, sts})
+		}
+	}
+	var live lab.Live
+	if !*labOnly {
+		live = newLive()
+		cfg.Calibrate = !flagSet(c.fs, "hop")
+	}
+	loads := fmt.Sprintf("%gx", *load)
+	if len(cfg.Loads) > 0 {
+		loads = ""
+		for i, l := range cfg.Loads {
+			if i > 0 {
+				loads += ", "
+			}
+			loads += fmt.Sprintf("%gx", l)
+		}
+	}
+	start := time.Now()
+	var rows []lab.CompareRow
+	var hopFiles [][]time.Duration
+	for i, b := range blocks {
+		if i > 0 {
+			fmt.Fprintln(stdout)
+		}
+		bstart := time.Now()
+		cfg.Scenario = b.sc
+		cmp, err := lab.CompareAll(ctx, cfg, b.strategies, live, stderr)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "Offered %s of capacity %.1f rps (Poisson, %s); %s, %s; client timeout %s.\n", loads, cmp.Capacity, *duration,
+			describeService(b.service), describeServers(b.sc.Servers), describeTimeout(b.sc.Client.Timeout))
+		if cal := cmp.Calibration; cal != nil {
+			fmt.Fprintf(stdout, "Calibrated in %s (%d workers x %s behind the proxy): %s.\n", cal.Took.Round(100*time.Millisecond),
+				cal.Workers, cal.Service, describeCalibration(*cal))
+			hopFiles = append(hopFiles, cal.Loaded.Samples)
+		}
+		fmt.Fprintf(stdout, "Hop modelled: %s; effective capacity %.1f rps.\n", cmp.Hop, cmp.Effective)
+		if live != nil {
+			fmt.Fprintf(stdout, "Machine: %s; took %s.\n", describeMachine(cmp.Rows), time.Since(bstart).Round(time.Second))
+		}
+		fmt.Fprintln(stdout)
+		if err := lab.WriteCompareTable(stdout, cmp.Rows); err != nil {
+			return err
+		}
+		for i := range cmp.Rows {
+			cmp.Rows[i].Service = b.service
+		}
+		rows = append(rows, cmp.Rows...)
+	}
+	if live != nil && len(blocks) > 1 {
+		fmt.Fprintf(stdout, "\n%s; machine: %s; took %s.\n", describeVerdicts(rows), describeMachine(rows), time.Since(start).Round(time.Second))
+	}
+	if *out == "" {
+		return nil
+	}
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	if err := lab.WriteCompareCSV(&buf, rows); err != nil {
+		return err
+	}
+	files := []string{filepath.Join(*out, "compare.csv")}
+	if err := os.WriteFile(files[0], buf.Bytes(), 0o644); err != nil {
+		return err
+	}
+	for i, samples := range hopFiles {
+		buf.Reset()
+		if err := lab.WriteHopSamples(&buf, samples); err != nil {
+			return err
+		}
+		name := "hop.csv"
+		if len(hopFiles) > 1 {
+			name = fmt.Sprintf("hop-%d.csv", i+1)
+		}
+		path := filepath.Join(*out, name)
+		if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+			return err
+		}
+		files = append(files, path)
+	}
+	fmt.Fprintf(stderr, "lab: wrote %s\n", strings.Join(files, " "))
+	return nil
+}
+
+// describeVerdicts counts the rows within bounds.
+func describeVerdicts(rows []lab.CompareRow) string {
+	within, ranged, invalid := 0, 0, 0
+	for _, r := range rows {
+		switch {
+		case r.Live != nil && r.Live.Invalid != "":
+			invalid++
+		case r.Within():
+			within++
+			if !r.PointWithin() {
+				ranged++
+			}
+		}
+	}
+	return fmt.Sprintf("%d of %d within bounds (%d of them judged on the range); %d live runs invalid", within, len(rows), ranged, invalid)
+}
+
+// describeCalibration summarises what a calibration measured.
+func describeCalibration(c lab.Calibration) string {
+	h := c.Hop()
+	return fmt.Sprintf("capacity %.1f rps (nominal %.1f), so %s more per request in a worker; path hop unloaded p50 %s p99 %s, at capacity p50 %s p99 %s; %s",
+		c.Throughput, float64(c.Workers)/c.Service.Seconds(), h.Worker, roundUS(c.Unloaded.Quantile(0.5)), roundUS(c.Unloaded.Quantile(0.99)),
+		roundUS(c.Loaded.Quantile(0.5)), roundUS(c.Loaded.Quantile(0.99)), c.Machine)
+}
+
+func roundUS(d time.Duration) time.Duration { return d.Round(time.Microsecond) }
+
+// describeMachine summarises how busy the machine was during the live runs.
+func describeMachine(rows []lab.CompareRow) string {
+	var sum, peak float64
+	n, busy := 0, 0
+	cpus := 0
+	for _, r := range rows {
+		if r.Live == nil || !r.Live.Machine.Known {
+			continue
+		}
+		m := r.Live.Machine
+		sum += m.Others
+		peak = max(peak, m.Others)
+		cpus = m.CPUs
+		n++
+		if m.Busy() {
+			busy++
+		}
+	}
+	if n == 0 {
+		return "load unknown"
+	}
+	s := fmt.Sprintf("during the live runs other processes used %.0f%% of %d cores on average (at most %.0f%%)", 100*sum/float64(n), cpus, 100*peak)
+	if busy > 0 {
+		s += fmt.Sprintf("; %d of %d runs were on a busy machine (others above %.0f%%)", busy, n, 100*lab.BusyShare)
+	} else {
+		s += "; not busy"
+	}
+	return s
+}
+
+func runCalibrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("calibrate", stderr)
+	service := fs.String("service", "slowtail:tailProb=0", "the backend's service time, as for lab run: calibration uses its mean")
+	servers := fs.Int("servers", 8, "backend workers")
+	unloaded := fs.Duration("unloaded", time.Second, "how long the unloaded phase runs")
+	loaded := fs.Duration("loaded", 2*time.Second, "how long the phase at capacity runs")
+	out := fs.String("out", "", "write the path hops measured at capacity to this CSV file (for --hop file=FILE)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	svc, err := lab.ParseService(*service)
+	if err != nil {
+		return cli.UsageError{Err: fmt.Errorf("--service: %w", err)}
+	}
+	if *servers < 1 {
+		return cli.UsageError{Err: fmt.Errorf("--servers: must be at least 1, got %d", *servers)}
+	}
+	if *unloaded <= 0 || *loaded <= 0 || *unloaded > 30*time.Second || *loaded > 30*time.Second {
+		return cli.UsageError{Err: fmt.Errorf("--unloaded, --loaded: must be in (0, 30s], got %s and %s", *unloaded, *loaded)}
+	}
+	r := liveRunner{unloaded: *unloaded, loaded: *loaded}
+	c, err := r.Calibrate(ctx, lab.Scenario{Service: svc, Servers: *servers})
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "Offered %gx of capacity %.1f rps (Poisson, %s); %s, %s; client timeout %s.\n\n", *load, capRPS, *duration,
-		describeService(c.sf.service), describeServers(sc.Servers), describeTimeout(sc.Client.Timeout))
-	return lab.WriteCompareTable(stdout, rows)
+	h := c.Hop()
+	fmt.Fprintf(stdout, "Calibrated in %s: %d workers x %s (the mean of %s) behind the proxy, which admits everything.\n",
+		c.Took.Round(100*time.Millisecond), c.Workers, c.Service, *service)
+	fmt.Fprintf(stdout, "Machine: %s.\n\n", c.Machine)
+	fmt.Fprintln(stdout, "| phase | answers/s | hop p50 ms | hop p90 ms | hop p99 ms | hop mean ms |")
+	fmt.Fprintln(stdout, "|---|---|---|---|---|---|")
+	for _, p := range []struct {
+		name string
+		rps  float64
+		d    lab.HopDist
+	}{{"unloaded", 0, c.Unloaded}, {"at capacity", c.Throughput, c.Loaded}} {
+		rps := "-"
+		if p.rps > 0 {
+			rps = fmt.Sprintf("%.1f", p.rps)
+		}
+		fmt.Fprintf(stdout, "| %s | %s | %.3f | %.3f | %.3f | %.3f |\n", p.name, rps, msf(p.d.Quantile(0.5)), msf(p.d.Quantile(0.9)),
+			msf(p.d.Quantile(0.99)), msf(p.d.Mean()))
+	}
+	nominal := float64(c.Workers) / c.Service.Seconds()
+	fmt.Fprintf(stdout, "\nEffective capacity %.1f rps of nominal %.1f (%.1f%%): a worker is held %s longer per request than the service time (%s of it the backend's timer overshoot).\n",
+		c.Throughput, nominal, 100*c.Throughput/nominal, h.Worker, roundUS(c.Overshoot))
+	if *out == "" {
+		fmt.Fprintf(stdout, "Model it with: --hop path=%s,worker=%s (or write the samples with --out)\n", roundUS(c.Loaded.Mean()), h.Worker)
+		return nil
+	}
+	var buf bytes.Buffer
+	if err := lab.WriteHopSamples(&buf, c.Loaded.Samples); err != nil {
+		return err
+	}
+	if err := os.WriteFile(*out, buf.Bytes(), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "Model it with: --hop file=%s,worker=%s\n", *out, h.Worker)
+	return nil
 }
+
+func msf(d time.Duration) float64 { return float64(d) / 1e6 }
 
 func runTrace(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("trace", stderr)

@@ -128,6 +128,31 @@ func TestCompareCommandLabHalf(t *testing.T) {
 	}
 }
 
+func TestCompareMatrixLabHalf(t *testing.T) {
+	dir := t.TempDir()
+	out, _, err := runLab(t, "compare", "--lab-only", "--matrix", "--loads", "3", "--duration", "2s", "--hop", "path=1ms,worker=1ms", "--out", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"service constant:20ms", "service slowtail:tailProb=0.02", "service slowtail:tailProb=0.05",
+		"Hop modelled: path=1ms,worker=1ms; effective capacity 381.0 rps.", "| token-bucket 1.1x | ", "| token-bucket 1.0x+bounded-queue | "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	// The in-flight limit at 3x admits about the capacity: its prediction is a band.
+	if !strings.Contains(out, "| inflight | ") || !strings.Contains(out, "| band |") {
+		t.Errorf("no band near capacity:\n%s", out)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "compare.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Split(strings.TrimSpace(string(b)), "\n"); len(lines) != 1+3*6 || !strings.HasPrefix(lines[0], "strategy,service,load,") {
+		t.Errorf("compare.csv: %d lines, header %q", len(lines), lines[0])
+	}
+}
+
 func TestBadInvocations(t *testing.T) {
 	for _, c := range []struct {
 		args []string
@@ -144,6 +169,12 @@ func TestBadInvocations(t *testing.T) {
 		{[]string{"sweep", "--loads", "1,x"}, "--loads"},
 		{[]string{"sweep", "--servers", "0"}, "capacity"},
 		{[]string{"backpressure", "--bogus"}, "flag provided but not defined"},
+		{[]string{"run", "--hop", "soon"}, "--hop"},
+		{[]string{"compare", "--lab-only", "--hop", "path=1ms,file=x.csv"}, "give one"},
+		{[]string{"compare", "--lab-only", "--matrix", "--strategy", "none"}, "drop --strategy"},
+		{[]string{"compare", "--lab-only", "--loads", "2,x"}, "--loads"},
+		{[]string{"calibrate", "--servers", "0"}, "--servers"},
+		{[]string{"calibrate", "--loaded", "1h"}, "--loaded"},
 	} {
 		_, _, err := runLab(t, c.args...)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -11,6 +11,13 @@
 // FIFO inside the backend, which finishes work even for clients that have gone. When the backend
 // answers, the permit is released with admission.Success.
 //
+// A Hop models what a request pays beyond the service-time model on its way through the proxy:
+// a path hop (a constant or samples measured by calibration) between admission and the backend,
+// which holds the permit but no worker, and a worker overhead added to every service time, which
+// lowers the backend's capacity to Servers / (mean + overhead). The zero Hop is none, as in the
+// published scenario. Scenario.Speed runs the backend and the hop faster or slower: a prediction
+// near capacity is reported as a band, the same run at capacity -5% and +5% (see CompareAll).
+//
 // Clients may time out: a client that gives up while its request is queued in the strategy
 // withdraws it (Core.Cancel); one that gives up after admission counts as a timeout, the proxy
 // releases the permit at once (admission.Ignore) and the backend keeps working. The proxy's

@@ -87,6 +87,8 @@ type sim struct {
 	stream    ArrivalStream
 	fresh     int // fresh arrivals taken from the stream
 	svc       *slowtail.Sampler
+	hop       *hopSampler
+	speed     float64
 	jitter    *rand.Rand
 	busy      int
 	fifo      ring
@@ -118,13 +120,22 @@ func Run(sc Scenario, st Strategy, opts RunOptions) (*Result, error) {
 	if opts.ProgressEvery <= 0 {
 		opts.ProgressEvery = 1 << 16
 	}
+	serviceSeed := sc.Seed ^ 0x5be7a11a
+	if sc.ServiceSeed != 0 {
+		serviceSeed = sc.ServiceSeed
+	}
 	s := &sim{
 		sc: sc, core: core, name: st.Name, opts: opts, stream: stream,
-		// Service times and jitter get their own streams, derived from the seed, so that
-		// turning jitter on does not change the service times.
-		svc:      slowtail.New(sc.Service, sc.Seed^0x5be7a11a),
+		// Service times, hops and jitter get their own streams, derived from the seed, so that
+		// turning jitter or a hop on does not change the service times.
+		svc:      slowtail.New(sc.Service, serviceSeed),
+		hop:      newHopSampler(sc.Hop.Path, sc.Seed),
+		speed:    1,
 		jitter:   rand.New(rand.NewPCG(sc.Seed, 0x7e7121e5)),
 		lastWake: -1,
+	}
+	if sc.Speed != 0 {
+		s.speed = sc.Speed
 	}
 	s.rec.init(sc.SLO)
 	if err := s.loop(); err != nil {
@@ -272,6 +283,8 @@ func (s *sim) handle(e event) error {
 		s.offer(e.id)
 	case evComplete:
 		s.complete(e.id)
+	case evReachBackend:
+		s.reachBackend(e.id)
 	case evClientTimeout:
 		s.clientTimeout(e.id)
 	case evUpstreamTimeout:
@@ -331,6 +344,15 @@ func (s *sim) admitted(id int32) {
 	if s.sc.UpstreamTimeout > 0 {
 		s.schedule(s.now+int64(s.sc.UpstreamTimeout), evUpstreamTimeout, id)
 	}
+	if !s.sc.Hop.Path.IsZero() {
+		s.schedule(s.now+s.scaled(s.hop.sample()), evReachBackend, id)
+		return
+	}
+	s.reachBackend(id)
+}
+
+// reachBackend gives an admitted attempt to a free worker, or queues it in the backend.
+func (s *sim) reachBackend(id int32) {
 	if s.sc.Servers == 0 || s.busy < s.sc.Servers {
 		s.startService(id)
 		return
@@ -340,7 +362,15 @@ func (s *sim) admitted(id int32) {
 
 func (s *sim) startService(id int32) {
 	s.busy++
-	s.schedule(s.now+int64(s.svc.Sample()), evComplete, id)
+	s.schedule(s.now+s.scaled(s.svc.Sample()+s.sc.Hop.Worker), evComplete, id)
+}
+
+// scaled is d at the scenario's speed.
+func (s *sim) scaled(d time.Duration) int64 {
+	if s.speed == 1 {
+		return int64(d)
+	}
+	return int64(float64(d) / s.speed)
 }
 
 func (s *sim) refused(id int32) {

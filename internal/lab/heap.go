@@ -1,12 +1,13 @@
 package lab
 
 // Event kinds, in the order the loop handles them when they fall at the same instant: a
-// completion frees its slot before anything else happens at that instant, then clients that give
-// up leave, then the strategy's own due work runs (Advance, which is not a heap event), then new
+// completion frees its slot before anything else happens at that instant (and a request that
+// reaches the backend then may take it), then clients that give up leave, then the strategy's own due work runs (Advance, which is not a heap event), then new
 // arrivals are offered. So a slot or place freed at exactly the instant of an arrival is free for
 // that arrival.
 const (
 	evComplete        uint8 = iota // the backend finished an attempt's work
+	evReachBackend                 // an admitted attempt reaches the backend after its path hop
 	evClientTimeout                // the client stops waiting for an attempt
 	evUpstreamTimeout              // the proxy gives up on the backend (504)
 	evArrival                      // an attempt (fresh request or retry) reaches the strategy

@@ -28,6 +28,9 @@ type Summary struct {
 	// Latency percentiles (nearest rank) of admitted attempts, each measured from the attempt's
 	// arrival until its client had the answer or gave up (wait + service, or the timeout).
 	P50, P95, P99, P999 time.Duration
+	// P99Lo and P99Hi are P99's neighbours, the percentiles half a point either side (98.5 and
+	// 99.5): where P99 would lie had half a percent of the samples fallen the other way.
+	P99Lo, P99Hi time.Duration
 	// MaxBuffered is the most requests the strategy held at once (admission.Stats.Buffered).
 	MaxBuffered int64
 	// MaxBackendQueue is the most admitted requests waiting for a backend worker at once.
@@ -229,6 +232,7 @@ func (r *recorder) result(name string, span time.Duration, end int64) *Result {
 	s.Strategy = name
 	s.P50, s.P95 = Percentile(all, 50, 100), Percentile(all, 95, 100)
 	s.P99, s.P999 = Percentile(all, 99, 100), Percentile(all, 999, 1000)
+	s.P99Lo, s.P99Hi = Percentile(all, 985, 1000), Percentile(all, 995, 1000)
 	s.MaxBackendQueue = r.maxQueue
 	s.Span, s.End = span, time.Duration(end)
 	res.Summary = s

@@ -40,8 +40,19 @@ type Scenario struct {
 	// SLO is the end-to-end latency (from a request's first attempt) within which a success
 	// counts as goodput; 0 counts every success.
 	SLO time.Duration
-	// Seed seeds Poisson arrivals, service times and retry jitter.
+	// Seed seeds Poisson arrivals, service times, hops and retry jitter.
 	Seed uint64
+	// ServiceSeed, when not 0, seeds the service times instead of a stream derived from Seed:
+	// the synthetic backend's own seed, so that a comparison with it draws the same sequence of
+	// service times (in the order requests start service) and differs only by the model.
+	ServiceSeed uint64
+	// Hop is what each admitted request pays on the way through the proxy to the backend and
+	// back beyond the service-time model; the zero value is none.
+	Hop Hop
+	// Speed runs the backend and the hop Speed times as fast as modelled (0 means 1): every
+	// service time, worker overhead and path hop is divided by it. A prediction's sensitivity to
+	// capacity is the same run at Speed 0.95 and 1.05.
+	Speed float64
 }
 
 // Client models callers.
@@ -124,6 +135,21 @@ func (s Scenario) Validate() error {
 	}
 	if s.SLO < 0 {
 		bad("slo", "must not be negative, got %s", s.SLO)
+	}
+	if s.Hop.Worker < 0 || s.Hop.Worker > MaxHop {
+		bad("hop.worker", "must be in [0, %s], got %s", MaxHop, s.Hop.Worker)
+	}
+	if s.Hop.Path.Const < 0 || s.Hop.Path.Const > MaxHop {
+		bad("hop.path", "must be in [0, %s], got %s", MaxHop, s.Hop.Path.Const)
+	}
+	for _, d := range s.Hop.Path.Samples {
+		if d < 0 || d > MaxHop {
+			bad("hop.path", "samples must be in [0, %s], got %s", MaxHop, d)
+			break
+		}
+	}
+	if s.Speed != 0 && !(s.Speed >= 0.1 && s.Speed <= 10) {
+		bad("speed", "must be in [0.1, 10] (or 0 for 1), got %v", s.Speed)
 	}
 	return errors.Join(errs...)
 }
