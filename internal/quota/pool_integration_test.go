@@ -4,6 +4,7 @@ package quota
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -27,13 +28,18 @@ func TestFullPoolWaitsNoLongerThanTheTimeout(t *testing.T) {
 	rs.waitCounted(t, 1)
 	p.Stall()
 
-	const callers = 64
+	// One key per caller: each key is taken 10 times in all, within its burst of 10, so the
+	// local fallback has room for every call however fast the rounds go.
+	const callers, rounds = 64, 10
+	if quotaBurst < rounds {
+		t.Fatalf("quotaBurst %d < %d rounds: the fallback could refuse", quotaBurst, rounds)
+	}
 	lat := &quotatest.Latencies{}
 	var mu sync.Mutex
 	var timedCalls []quotatest.Call
 	mon := quotatest.StartStallMonitor()
 	peak := 0
-	for range 10 {
+	for range rounds {
 		var wg sync.WaitGroup
 		start := make(chan struct{})
 		for i := range callers {
@@ -42,7 +48,7 @@ func TestFullPoolWaitsNoLongerThanTheTimeout(t *testing.T) {
 				defer wg.Done()
 				<-start
 				t0 := time.Now()
-				if r := rs.lims[0].Check(context.Background(), t0, "k"+string(rune('a'+i%26)), 1); r != nil {
+				if r := rs.lims[0].Check(context.Background(), t0, "k"+strconv.Itoa(i), 1); r != nil {
 					t.Errorf("refused %v: the local fallback has room for every key", r)
 				}
 				took := time.Since(t0)
