@@ -49,6 +49,7 @@ type settings struct {
 	overload, unloaded, steady time.Duration
 	keep                       bool
 	quota                      quotaMode // E2E_QUOTA (quota_test.go)
+	envoy                      envoyMode // E2E_ENVOY (envoy_test.go)
 }
 
 func loadSettings(t *testing.T) settings {
@@ -73,6 +74,7 @@ func loadSettings(t *testing.T) settings {
 		steady:     durationEnv(t, "E2E_STEADY", 40*time.Second),
 		keep:       os.Getenv("E2E_KEEP_CLUSTER") == "1",
 		quota:      quotaSetting(t),
+		envoy:      envoySetting(t),
 	}
 	if !filepath.IsAbs(s.artifacts) {
 		s.artifacts = filepath.Join(root, s.artifacts)
@@ -92,8 +94,14 @@ func loadSettings(t *testing.T) settings {
 			s.strategies = append(s.strategies, name)
 		}
 	}
+	if s.quota == quotaOnly && s.envoy == envoyOnly {
+		t.Fatal("E2E_QUOTA=only and E2E_ENVOY=only: at most one of them may be only")
+	}
 	if s.quota == quotaOnly {
 		s.strategies = nil
+	}
+	if s.envoy == envoyOnly {
+		s.strategies, s.quota = nil, quotaOff
 	}
 	return s
 }
@@ -112,6 +120,8 @@ type suite struct {
 	res     results.Results
 	// redisImage is the quota rows' Redis (quota_test.go).
 	redisImage string
+	// envoyImage and envoyConfig are the Envoy row's image and Envoy config file (envoy_test.go).
+	envoyImage, envoyConfig string
 
 	mu      sync.Mutex
 	timings []results.Timing
@@ -177,8 +187,12 @@ func TestKind(t *testing.T) {
 	if st.quota != quotaOff {
 		must(s.phase("redis image", func() error { return s.buildRedisImage(ctx) }))
 	}
+	if st.envoy != envoyOff {
+		must(s.phase("envoy image", func() error { return s.buildEnvoyImage(ctx) }))
+	}
 	must(s.phase("cluster and images in it", func() error {
-		return s.createCluster(ctx, append([]string{loadshedRef, s.k6Image, promImage}, s.quotaImages()...)...)
+		images := append([]string{loadshedRef, s.k6Image, promImage}, s.quotaImages()...)
+		return s.createCluster(ctx, append(images, s.envoyImages()...)...)
 	}))
 	must(s.phase("prometheus", func() error { return s.prometheus(ctx, promImage) }))
 
@@ -232,7 +246,7 @@ func TestKind(t *testing.T) {
 			}
 		}()
 	}
-	if ctx.Err() == nil && st.quota != quotaOnly {
+	if ctx.Err() == nil && st.quota != quotaOnly && st.envoy != envoyOnly {
 		if err := s.phase("steady load: rollout restart and helm upgrade", func() error { return s.steadyReplacements(ctx) }); err != nil {
 			t.Error(err)
 		}
@@ -293,7 +307,7 @@ func (s *suite) prerequisites(ctx context.Context) error {
 	if err := cluster.DockerReady(ctx, s.run); err != nil {
 		return err
 	}
-	tools, err := cluster.InstallTools(ctx, s.run)
+	tools, err := cluster.InstallTools(ctx, s.run, s.envoy != envoyOff)
 	s.tools = tools
 	return err
 }
@@ -431,6 +445,10 @@ type row struct {
 	unloaded script   // the run at a quarter of capacity
 	overload script   // the run at 3x
 	judge    func(criteria.Outcome, criteria.Limits) []criteria.Check
+	// install, when set, gives the release's --set and --set-file pairs beyond the image's.
+	install func() (set, setFiles []string)
+	// after, when set, adds to the outcome once the overload run has ended.
+	after func(ctx context.Context, rel string, o *criteria.Outcome) error
 }
 
 // script is a k6 script of loadtest/k6 and the environment it gets beyond startK6's.
@@ -455,7 +473,8 @@ func (s *suite) rows() []row {
 	for _, name := range s.strategies {
 		out = append(out, strategyRow(name))
 	}
-	return append(out, s.grpcRows()...)
+	out = append(out, s.grpcRows()...)
+	return append(out, s.envoyRows()...)
 }
 
 func releases(rows []row) []string {
@@ -479,11 +498,22 @@ func (s *suite) values(name string) string {
 }
 
 func (s *suite) install(ctx context.Context, rel string, valuesFiles ...string) error {
+	return s.installRow(ctx, row{release: rel, values: valuesFiles})
+}
+
+// installRow installs the row's release and waits for its Service's endpoint.
+func (s *suite) installRow(ctx context.Context, r row) error {
+	rel := r.release
 	files := []string{s.values("common")}
-	for _, f := range valuesFiles {
+	for _, f := range r.values {
 		files = append(files, s.values(f))
 	}
-	err := s.helm.Install(ctx, cluster.Release{Name: rel, ValuesFiles: files, Set: imageSet()})
+	set, setFiles := imageSet(), []string(nil)
+	if r.install != nil {
+		more, fromFiles := r.install()
+		set, setFiles = append(set, more...), fromFiles
+	}
+	err := s.helm.Install(ctx, cluster.Release{Name: rel, ValuesFiles: files, Set: set, SetFiles: setFiles})
 	if err != nil {
 		return err
 	}
@@ -569,14 +599,14 @@ func (s *suite) finishK6(ctx context.Context, job string, dur time.Duration) (*k
 // while watching its alerts, and returns the outcome and when the overload ended. The release
 // is left installed: the caller watches its alert resolve, then uninstalls it.
 func (s *suite) measure(ctx context.Context, r row, attempt int) (criteria.Outcome, time.Time, error) {
-	strategy := r.name
+	strategy, after := r.name, r.after
 	o := criteria.Outcome{Strategy: strategy}
 	rel := r.release
 	suffix := ""
 	if attempt > 1 {
 		suffix = fmt.Sprintf("-%d", attempt)
 	}
-	if err := s.install(ctx, rel, r.values...); err != nil {
+	if err := s.installRow(ctx, r); err != nil {
 		return o, time.Time{}, err
 	}
 	unloaded, _, err := s.k6(ctx, rel+"-unloaded"+suffix, rel, r.unloaded.name, unloadedK, s.unloaded, r.unloaded.env...)
@@ -622,6 +652,11 @@ func (s *suite) measure(ctx context.Context, r row, attempt int) (criteria.Outco
 			}
 			o.Overload = r.sum
 			o.CPU = cpu.cores()
+			if after != nil {
+				if err := after(ctx, rel, &o); err != nil {
+					return o, time.Time{}, err
+				}
+			}
 			for name := range others {
 				o.Alert.Others = append(o.Alert.Others, name)
 			}
