@@ -48,8 +48,8 @@ type settings struct {
 	strategies                 []string
 	overload, unloaded, steady time.Duration
 	keep                       bool
-	quota                      quotaMode // E2E_QUOTA (quota_test.go)
-	envoy                      envoyMode // E2E_ENVOY (envoy_test.go)
+	quota                      switchMode // E2E_QUOTA (quota_test.go)
+	envoy                      switchMode // E2E_ENVOY (envoy_test.go)
 }
 
 func loadSettings(t *testing.T) settings {
@@ -73,8 +73,8 @@ func loadSettings(t *testing.T) settings {
 		unloaded:   durationEnv(t, "E2E_UNLOADED", 10*time.Second),
 		steady:     durationEnv(t, "E2E_STEADY", 40*time.Second),
 		keep:       os.Getenv("E2E_KEEP_CLUSTER") == "1",
-		quota:      quotaSetting(t),
-		envoy:      envoySetting(t),
+		quota:      switchSetting(t, "E2E_QUOTA"),
+		envoy:      switchSetting(t, "E2E_ENVOY"),
 	}
 	if !filepath.IsAbs(s.artifacts) {
 		s.artifacts = filepath.Join(root, s.artifacts)
@@ -94,16 +94,41 @@ func loadSettings(t *testing.T) settings {
 			s.strategies = append(s.strategies, name)
 		}
 	}
-	if s.quota == quotaOnly && s.envoy == envoyOnly {
+	if s.quota == switchOnly && s.envoy == switchOnly {
 		t.Fatal("E2E_QUOTA=only and E2E_ENVOY=only: at most one of them may be only")
 	}
-	if s.quota == quotaOnly {
+	if s.quota == switchOnly {
 		s.strategies = nil
 	}
-	if s.envoy == envoyOnly {
-		s.strategies, s.quota = nil, quotaOff
+	if s.envoy == switchOnly {
+		s.strategies, s.quota = nil, switchOff
 	}
 	return s
+}
+
+// switchMode is the setting of a group of rows that can also run alone (E2E_QUOTA, E2E_ENVOY):
+// 1 (default) runs them after the strategies' rows, 0 leaves them out, only runs nothing else.
+type switchMode int
+
+const (
+	switchOn switchMode = iota
+	switchOff
+	switchOnly
+)
+
+func switchSetting(t *testing.T, name string) switchMode {
+	t.Helper()
+	switch v := os.Getenv(name); v {
+	case "", "1":
+		return switchOn
+	case "0":
+		return switchOff
+	case "only":
+		return switchOnly
+	default:
+		t.Fatalf("%s: want 1, 0 or only, got %q", name, v)
+		return switchOff
+	}
 }
 
 // suite is one run of the end-to-end test.
@@ -184,10 +209,10 @@ func TestKind(t *testing.T) {
 	}
 	must(s.phase("prerequisites", func() error { return s.prerequisites(ctx) }))
 	must(s.phase("images", func() (err error) { promImage, err = s.images(ctx); return err }))
-	if st.quota != quotaOff {
+	if st.quota != switchOff {
 		must(s.phase("redis image", func() error { return s.buildRedisImage(ctx) }))
 	}
-	if st.envoy != envoyOff {
+	if st.envoy != switchOff {
 		must(s.phase("envoy image", func() error { return s.buildEnvoyImage(ctx) }))
 	}
 	must(s.phase("cluster and images in it", func() error {
@@ -246,13 +271,13 @@ func TestKind(t *testing.T) {
 			}
 		}()
 	}
-	if ctx.Err() == nil && st.quota != quotaOnly && st.envoy != envoyOnly {
+	if ctx.Err() == nil && st.quota != switchOnly && st.envoy != switchOnly {
 		if err := s.phase("steady load: rollout restart and helm upgrade", func() error { return s.steadyReplacements(ctx) }); err != nil {
 			t.Error(err)
 		}
 	}
 	wg.Wait()
-	if ctx.Err() == nil && st.quota != quotaOff {
+	if ctx.Err() == nil && st.quota != switchOff {
 		if err := s.phase("quota across replicas", func() error { return s.quotaRows(ctx) }); err != nil {
 			t.Error(err)
 		}
@@ -307,7 +332,7 @@ func (s *suite) prerequisites(ctx context.Context) error {
 	if err := cluster.DockerReady(ctx, s.run); err != nil {
 		return err
 	}
-	tools, err := cluster.InstallTools(ctx, s.run, s.envoy != envoyOff)
+	tools, err := cluster.InstallTools(ctx, s.run, s.envoy != switchOff)
 	s.tools = tools
 	return err
 }

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"testing"
 
 	"github.com/loadshed/loadshed/e2e/internal/cluster"
 	"github.com/loadshed/loadshed/e2e/internal/criteria"
@@ -25,34 +24,9 @@ const (
 	envoyAdminPort = "9902"
 )
 
-// envoyMode is E2E_ENVOY: 1 (default) runs the Envoy row after the other rows, 0 leaves it
-// out, only runs nothing else.
-type envoyMode int
-
-const (
-	envoyOn envoyMode = iota
-	envoyOff
-	envoyOnly
-)
-
-func envoySetting(t *testing.T) envoyMode {
-	t.Helper()
-	switch v := os.Getenv("E2E_ENVOY"); v {
-	case "", "1":
-		return envoyOn
-	case "0":
-		return envoyOff
-	case "only":
-		return envoyOnly
-	default:
-		t.Fatalf("E2E_ENVOY: want 1, 0 or only, got %q", v)
-		return envoyOff
-	}
-}
-
 // envoyRows is the Envoy row, unless E2E_ENVOY=0.
 func (s *suite) envoyRows() []row {
-	if s.envoy == envoyOff {
+	if s.envoy == switchOff {
 		return nil
 	}
 	r := strategyRow(criteria.EnvoyStrategy)
