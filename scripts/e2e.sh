@@ -3,7 +3,7 @@
 #
 #   scripts/e2e.sh
 #
-# Builds the images (loadshed, k6, Prometheus), creates a kind cluster, installs the Helm chart
+# Builds the images (loadshed, k6, Prometheus, Envoy), creates a kind cluster, installs the Helm chart
 # once per admission strategy, overloads each with k6 running in the cluster at 3x the backend's
 # capacity, checks the alerts in an in-cluster Prometheus, replaces pods under steady load, and
 # writes results.md / results.json (and, on failure, the cluster's logs) into $E2E_ARTIFACTS.
@@ -15,6 +15,7 @@
 #   E2E_ARTIFACTS     output folder (default out/e2e)
 #   E2E_STRATEGIES    comma-separated subset, e.g. inflight,adaptive (default: all six)
 #   E2E_QUOTA         the quota rows (replicas sharing a quota through Redis): 1 (default), 0, only
+#   E2E_ENVOY         the Envoy row (Envoy in the pod, loadshed its ext_proc server): 1 (default), 0, only
 #   E2E_TIMEOUT       go test timeout (default 40m)
 #   E2E_KEEP_CLUSTER  1 keeps the cluster for debugging (delete it with kind delete cluster --name ...)
 #   LOADSHED_CACHE    tool cache (default ~/.cache/loadshed)

@@ -55,6 +55,12 @@ func TestParseTools(t *testing.T) {
 	if err != nil || tools.K6 != filepath.Join(dir, "k6") || tools.Helm != filepath.Join(dir, "helm") {
 		t.Fatalf("tools %+v, err %v", tools, err)
 	}
+	if tools.Envoy != "" {
+		t.Errorf("no envoy line, Envoy %q", tools.Envoy)
+	}
+	if tools, err := parseTools(out + "envoy=" + filepath.Join(dir, "k6") + "\n"); err != nil || tools.Envoy != filepath.Join(dir, "k6") {
+		t.Errorf("with an envoy line: tools %+v, err %v", tools, err)
+	}
 	_, err = parseTools("kind=" + filepath.Join(dir, "kind") + "\nhelm=/nonexistent/helm\n")
 	if err == nil || !strings.Contains(err.Error(), "k6=PATH") || !strings.Contains(err.Error(), "/nonexistent/helm") {
 		t.Fatalf("err = %v, want the missing k6 and the absent helm named", err)
@@ -142,5 +148,23 @@ func TestRunnerRecordsAndReportsTail(t *testing.T) {
 	log, _ := os.ReadFile(r.LogFile)
 	if !strings.Contains(string(log), "echo out; echo err") || !strings.Contains(string(log), "the reason") {
 		t.Fatalf("command log lacks the commands or their output:\n%s", log)
+	}
+}
+
+func TestParseEnvoyStats(t *testing.T) {
+	raw := "http.ingress.ext_proc.streams_started: 1200\nhttp.ingress.ext_proc.message_timeouts: 0\n" +
+		"cluster.loadshed.upstream_rq_time: P0(nan,1) P25(nan,2)\nnot a stat line\n"
+	got, err := parseEnvoyStats([]byte(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int64{"http.ingress.ext_proc.streams_started": 1200, "http.ingress.ext_proc.message_timeouts": 0}
+	if len(got) != len(want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if n, ok := got[k]; !ok || n != v {
+			t.Errorf("%s = %d (present %v), want %d", k, n, ok, v)
+		}
 	}
 }

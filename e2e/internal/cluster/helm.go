@@ -19,6 +19,8 @@ type Release struct {
 	Name        string
 	ValuesFiles []string
 	Set         []string
+	// SetFiles are --set-file pairs (key=path): a value read from a file.
+	SetFiles []string
 	// Timeout bounds --wait.
 	Timeout time.Duration
 }
@@ -30,6 +32,9 @@ func (h *Helm) base(verb string, rel Release) []string {
 	}
 	for _, s := range rel.Set {
 		args = append(args, "--set", s)
+	}
+	for _, s := range rel.SetFiles {
+		args = append(args, "--set-file", s)
 	}
 	return args
 }

@@ -13,16 +13,27 @@ import (
 // Tools are the pinned binaries scripts/install-tools.sh provides.
 type Tools struct {
 	Kind, Helm, K6 string
+	// Envoy is set when InstallTools was asked for it.
+	Envoy string
 }
 
-// InstallTools runs scripts/install-tools.sh (kind, k6, helm) from the repository root and
-// returns the paths it prints as NAME=PATH lines. Tools already built are reused by the script.
-func InstallTools(ctx context.Context, r *Runner) (Tools, error) {
-	out, err := r.Output(ctx, nil, "bash", filepath.Join("scripts", "install-tools.sh"), "kind", "k6", "helm")
+// InstallTools runs scripts/install-tools.sh (kind, k6, helm, and Envoy when withEnvoy) from the
+// repository root and returns the paths it prints as NAME=PATH lines. Tools already built are
+// reused by the script.
+func InstallTools(ctx context.Context, r *Runner, withEnvoy bool) (Tools, error) {
+	names := []string{"kind", "k6", "helm"}
+	if withEnvoy {
+		names = append(names, "envoy")
+	}
+	out, err := r.Output(ctx, nil, "bash", append([]string{filepath.Join("scripts", "install-tools.sh")}, names...)...)
 	if err != nil {
 		return Tools{}, fmt.Errorf("install tools: %w", err)
 	}
-	return parseTools(out)
+	t, err := parseTools(out)
+	if err == nil && withEnvoy && t.Envoy == "" {
+		err = errors.New("install-tools.sh printed no envoy=PATH line")
+	}
+	return t, err
 }
 
 func parseTools(out string) (Tools, error) {
@@ -40,6 +51,8 @@ func parseTools(out string) (Tools, error) {
 			t.Helm = path
 		case "k6":
 			t.K6 = path
+		case "envoy":
+			t.Envoy = path
 		}
 	}
 	var errs []error

@@ -75,6 +75,10 @@ type Outcome struct {
 	// CPU is the mean CPU cores each container used during the overload ("k6", and the
 	// release pod's "loadshed" sidecar and "app"), from the kubelet; informational.
 	CPU map[string]float64
+	// EnvoyExtProc holds the pod's Envoy's ext_proc counters after the overload (Envoy rows
+	// only): streams_started, message_timeouts, failure_mode_allowed and the rest of
+	// http.<prefix>.ext_proc.*, by their last name part.
+	EnvoyExtProc map[string]int64
 }
 
 // Check is one demand and whether the run met it.

@@ -59,9 +59,11 @@ type Row struct {
 	Alert              criteria.Alert `json:"high_shed_alert"`
 	Attempts           int            `json:"attempts"`
 	// CPU is the mean cores used during the overload by k6 and the pod's containers.
-	CPU    map[string]float64 `json:"cpu_cores,omitempty"`
-	Checks []criteria.Check   `json:"checks"`
-	Pass   bool               `json:"pass"`
+	CPU map[string]float64 `json:"cpu_cores,omitempty"`
+	// EnvoyExtProc are the Envoy's ext_proc counters of an Envoy row, over both its runs.
+	EnvoyExtProc map[string]int64 `json:"envoy_ext_proc,omitempty"`
+	Checks       []criteria.Check `json:"checks"`
+	Pass         bool             `json:"pass"`
 }
 
 // Steady is a run at steady load below capacity during a pod replacement.
@@ -83,7 +85,7 @@ type Timing struct {
 
 // NewRow builds a strategy's row from its outcome and checks.
 func NewRow(o criteria.Outcome, checks []criteria.Check) Row {
-	r := Row{Strategy: o.Strategy, Alert: o.Alert, Attempts: o.Attempts, CPU: o.CPU, Checks: checks, Pass: len(criteria.Failed(checks)) == 0}
+	r := Row{Strategy: o.Strategy, Alert: o.Alert, Attempts: o.Attempts, CPU: o.CPU, EnvoyExtProc: o.EnvoyExtProc, Checks: checks, Pass: len(criteria.Failed(checks)) == 0}
 	if o.Unloaded != nil {
 		r.UnloadedP99Ms = o.Unloaded.AdmittedMs.P99
 	}
