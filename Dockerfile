@@ -3,7 +3,8 @@
 #
 #   docker build --build-arg VERSION=v0.1.0 -t loadshed:v0.1.0 .
 #
-# BUILD_TAGS passes Go build tags (e.g. to leave optional features out of the image).
+# BUILD_TAGS passes Go build tags: the default leaves the lab's charts (nocharts) and its live
+# half (nolive: the in-process proxy and backend of "lab compare") out of the image.
 #
 # On machines without a container registry, scripts/image.sh assembles the same
 # runtime stage (see deploy/docker/Dockerfile.local) from binaries built on the
@@ -21,7 +22,7 @@ COPY cmd/ cmd/
 COPY internal/ internal/
 COPY pkg/ pkg/
 ARG VERSION=dev
-ARG BUILD_TAGS=nocharts
+ARG BUILD_TAGS=nocharts,nolive
 RUN CGO_ENABLED=0 go build -trimpath -buildvcs=false -tags "${BUILD_TAGS}" \
       -ldflags "-s -w -X github.com/loadshed/loadshed/internal/version.Version=${VERSION}" \
       -o /rootfs/usr/local/bin/ ./cmd/proxy ./cmd/backend ./cmd/lab

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # image-smoke.sh builds the loadshed image (scripts/image.sh) and proves it works:
 #   1. proxy, backend and lab print their version;
-#   2. the image is under 40 MB, runs as 65532:65532, has the proxy as entrypoint and OCI labels;
+#   2. the image is under 56 MB, runs as 65532:65532, has the proxy as entrypoint and OCI labels;
 #   3. --check-config accepts a good config and rejects a bad one;
 #   4. a backend container and a proxy container on a private Docker network serve one
 #      request sent from the host through a port published on 127.0.0.1 only.
@@ -14,7 +14,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 IMAGE="${IMAGE:-loadshed:dev}"
-MAX_BYTES=$((40 * 1000 * 1000))
+# About 52 MB today: the proxy 26 MB (gRPC, Envoy's ext_proc API from go-control-plane, the
+# Redis client), the backend 14 MB (gRPC), the lab 12 MB (built without its charts and its live
+# half). The budget leaves room for a patch release, not for a new dependency unnoticed.
+MAX_BYTES=$((56 * 1000 * 1000))
 WAIT_SECONDS="${WAIT_SECONDS:-60}"
 
 suffix="$$-$RANDOM"

@@ -13,7 +13,8 @@
 #   VERSION  version stamped into the binaries and the labels (default: the tag of IMAGE)
 #   BINDIR   use the static binaries proxy, backend and lab found there instead of building them
 #   BUILD_TAGS  Go build tags for the binaries, as the Dockerfile's BUILD_TAGS build argument
-#               (default nocharts: the lab in the image writes CSVs, not PNGs, to stay small)
+#               (default nocharts,nolive: the lab in the image writes CSVs, not PNGs, and runs
+#               no live comparison, to stay small)
 #
 # Prints the image reference on stdout when done.
 set -euo pipefail
@@ -68,7 +69,7 @@ else
 	echo "image.sh: building ${BINARIES[*]} (version $VERSION)" >&2
 	pkgs=()
 	for b in "${BINARIES[@]}"; do pkgs+=("./cmd/$b"); done
-	CGO_ENABLED=0 go build -trimpath -tags "${BUILD_TAGS-nocharts}" \
+	CGO_ENABLED=0 go build -trimpath -tags "${BUILD_TAGS-nocharts,nolive}" \
 		-ldflags "-s -w -X github.com/loadshed/loadshed/internal/version.Version=$VERSION" \
 		-o "$rootfs/usr/local/bin/" "${pkgs[@]}"
 fi
