@@ -168,3 +168,15 @@ func TestRealSources(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A comment line that starts with a flag continues the description: only "# --" followed by
+// a space (or nothing) starts one.
+func TestFlagAtTheStartOfALineContinuesTheDescription(t *testing.T) {
+	got, err := DocumentedValues([]byte("# -- The mode. The app listens with\n# --listen=:8080 then.\nmode: proxy\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "The mode. The app listens with --listen=:8080 then."; len(got) != 1 || got[0].Description != want {
+		t.Fatalf("got %+v, want one value described %q", got, want)
+	}
+}

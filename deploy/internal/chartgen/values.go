@@ -63,12 +63,16 @@ func walkValues(m *yaml.Node, prefix string, out *[]Value, problems *[]string) {
 	}
 }
 
+// isMarker: "# --" alone or followed by a space starts a description; a comment line that
+// begins with a flag ("# --listen=:8080") continues one.
+func isMarker(l string) bool { return l == "# --" || strings.HasPrefix(l, "# -- ") }
+
 // description returns the text of the last "# --" block in a head comment.
 func description(head string) (string, bool) {
 	lines := strings.Split(head, "\n")
 	start := -1
 	for i, l := range lines {
-		if strings.HasPrefix(strings.TrimSpace(l), "# --") {
+		if isMarker(strings.TrimSpace(l)) {
 			start = i
 		}
 	}
