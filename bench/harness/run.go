@@ -16,6 +16,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/loadshed/loadshed/internal/fsutil"
+
 	"github.com/loadshed/loadshed/bench/k6summary"
 )
 
@@ -269,7 +271,7 @@ func prepareBinaries(ctx context.Context, cfg Config, targets []Target, work str
 		if os.Geteuid() == 0 {
 			// Servers run as an unprivileged user, who cannot reach into root's tool cache.
 			dst := filepath.Join(binDir, "envoy")
-			if err := copyFile(envoy, dst, 0o755); err != nil {
+			if err := fsutil.CopyFile(envoy, dst, 0o755); err != nil {
 				return b, fmt.Errorf("envoy: %w", err)
 			}
 			envoy = dst
@@ -277,24 +279,6 @@ func prepareBinaries(ctx context.Context, cfg Config, targets []Target, work str
 		b.Envoy = envoy
 	}
 	return b, nil
-}
-
-// copyFile copies src (following links) to dst with the given mode.
-func copyFile(src, dst string, mode os.FileMode) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, mode)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }
 
 // installPeers installs the Debian packages of the missing peers (nginx-light where it exists).

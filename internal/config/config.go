@@ -89,18 +89,9 @@ type GRPC struct {
 	StatusCodes GRPCCodes `yaml:"statusCodes"`
 }
 
-// GRPCCodes maps each refusal reason to a gRPC status code (1-16).
-type GRPCCodes struct {
-	RateLimited      int `yaml:"rateLimited"`
-	QueueFull        int `yaml:"queueFull"`
-	QueueTimeout     int `yaml:"queueTimeout"`
-	ConcurrencyLimit int `yaml:"concurrencyLimit"`
-	Draining         int `yaml:"draining"`
-	Deadline         int `yaml:"deadline"`
-	ClientLimited    int `yaml:"clientLimited"`
-	Denied           int `yaml:"denied"`
-	SidecarOverload  int `yaml:"sidecarOverload"`
-}
+// GRPCCodes maps each refusal reason to a gRPC status code (1-16): the fields of StatusCodes,
+// validated against another range.
+type GRPCCodes StatusCodes
 
 func (c GRPCCodes) fields() []statusField {
 	return StatusCodes(c).fields()

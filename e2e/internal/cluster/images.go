@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/loadshed/loadshed/internal/fsutil"
 )
 
 // LoadshedImage builds the loadshed image (proxy, backend, lab) with scripts/image.sh, which
@@ -199,24 +201,11 @@ func copyFile(src, dst string) error {
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return err
 	}
-	in, err := os.Open(src)
+	fi, err := os.Stat(src)
 	if err != nil {
 		return err
 	}
-	defer in.Close()
-	fi, err := in.Stat()
-	if err != nil {
-		return err
-	}
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, fi.Mode().Perm()|0o444)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
+	return fsutil.CopyFile(src, dst, fi.Mode().Perm()|0o444)
 }
 
 func (r *Runner) logf(format string, args ...any) {
