@@ -1,14 +1,16 @@
 package harness
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
+	"slices"
 	"strings"
+
+	"github.com/loadshed/loadshed/internal/envoystats"
 )
 
 // EnvoySetup is one way of running Envoy as a target: the HTTP filters in front of the router
@@ -259,20 +261,17 @@ func envoyArgs(config string) []string {
 	return []string{"-c", config, "--concurrency", "1", "--disable-hot-restart", "--log-level", "warn"}
 }
 
-// envoyStat reads the value of the first stat whose name ends in suffix from Envoy's plain-text
-// /stats output ("name: value" lines).
+// envoyStat reads the value of the stat whose name ends in suffix (the first by name, should
+// several) from Envoy's plain-text /stats output.
 func envoyStat(body []byte, suffix string) (float64, bool) {
-	s := bufio.NewScanner(bytes.NewReader(body))
-	for s.Scan() {
-		name, val, ok := strings.Cut(s.Text(), ": ")
-		if !ok || !strings.HasSuffix(name, suffix) {
-			continue
+	stats, err := envoystats.Parse(bytes.NewReader(body))
+	if err != nil {
+		return 0, false
+	}
+	for _, name := range slices.Sorted(maps.Keys(stats)) {
+		if strings.HasSuffix(name, suffix) {
+			return float64(stats[name]), true
 		}
-		x, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
-		if err != nil {
-			return 0, false
-		}
-		return x, true
 	}
 	return 0, false
 }

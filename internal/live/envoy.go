@@ -1,7 +1,6 @@
 package live
 
 import (
-	"bufio"
 	"cmp"
 	"errors"
 	"fmt"
@@ -16,6 +15,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/loadshed/loadshed/internal/envoystats"
 )
 
 // EnvoyConfigFile is the Envoy configuration the project ships, deploy/envoy/envoy.yaml: Envoy
@@ -234,18 +235,7 @@ func (e *Envoy) Stats(filter string) (map[string]int64, error) {
 		return nil, err
 	}
 	defer res.Body.Close()
-	out := map[string]int64{}
-	sc := bufio.NewScanner(res.Body)
-	for sc.Scan() {
-		name, v, ok := strings.Cut(sc.Text(), ": ")
-		if !ok {
-			continue
-		}
-		if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil {
-			out[name] = n
-		}
-	}
-	return out, sc.Err()
+	return envoystats.Parse(res.Body)
 }
 
 // CPU is the processor time Envoy has used so far.

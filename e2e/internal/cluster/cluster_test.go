@@ -150,21 +150,3 @@ func TestRunnerRecordsAndReportsTail(t *testing.T) {
 		t.Fatalf("command log lacks the commands or their output:\n%s", log)
 	}
 }
-
-func TestParseEnvoyStats(t *testing.T) {
-	raw := "http.ingress.ext_proc.streams_started: 1200\nhttp.ingress.ext_proc.message_timeouts: 0\n" +
-		"cluster.loadshed.upstream_rq_time: P0(nan,1) P25(nan,2)\nnot a stat line\n"
-	got, err := parseEnvoyStats([]byte(raw))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := map[string]int64{"http.ingress.ext_proc.streams_started": 1200, "http.ingress.ext_proc.message_timeouts": 0}
-	if len(got) != len(want) {
-		t.Fatalf("got %v, want %v", got, want)
-	}
-	for k, v := range want {
-		if n, ok := got[k]; !ok || n != v {
-			t.Errorf("%s = %d (present %v), want %d", k, n, ok, v)
-		}
-	}
-}

