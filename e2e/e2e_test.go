@@ -547,7 +547,17 @@ func (s *suite) installRow(ctx context.Context, r row) error {
 	if err := s.kube.WaitEndpoints(wctx, service(rel), 1); err != nil {
 		return err
 	}
-	return nil
+	return s.waitRoutable(wctx, service(rel))
+}
+
+// waitRoutable waits until the Service's cluster IP takes connections: its endpoints can be
+// ready before kube-proxy has programmed it, and a load that starts then is refused.
+func (s *suite) waitRoutable(ctx context.Context, svc string) error {
+	ip, ports, err := s.kube.ServiceAddress(ctx, svc)
+	if err != nil {
+		return err
+	}
+	return s.kind.WaitRoutable(ctx, ip, ports)
 }
 
 func imageSet() []string {

@@ -85,6 +85,9 @@ func (s *suite) quotaRows(ctx context.Context) error {
 	if err := s.kube.WaitEndpoints(wctx, service(quotaRelease), quotaReplicas); err != nil {
 		return err
 	}
+	if err := s.waitRoutable(wctx, service(quotaRelease)); err != nil {
+		return err
+	}
 	// Both sidecars count each other through Redis (a heartbeat a second) before the load.
 	if err := s.waitQuotaGauges(ctx, quotaReplicas, 0); err != nil {
 		return err

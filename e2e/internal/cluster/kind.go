@@ -3,6 +3,11 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"net"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
 )
 
 // Kind is one kind cluster, reached through its own kubeconfig file (the user's
@@ -42,4 +47,29 @@ func (k *Kind) Load(ctx context.Context, images ...string) error {
 // ExportLogs writes the node's logs (kubelet, containerd, pods) into dir.
 func (k *Kind) ExportLogs(ctx context.Context, dir string) error {
 	return k.Runner.Run(ctx, nil, k.Bin, "export", "logs", dir, "--name", k.Name)
+}
+
+// WaitRoutable waits until every port of a Service's cluster IP accepts a TCP connection from
+// the node. Ready endpoints are not enough: kube-proxy programs the Service's rules a moment
+// later, and a client that starts in between is refused. The probe is bash's /dev/tcp inside
+// the node container, so no port is published to the host.
+func (k *Kind) WaitRoutable(ctx context.Context, clusterIP string, ports []int32) error {
+	node := k.Name + "-control-plane"
+	for _, p := range ports {
+		addr := net.JoinHostPort(clusterIP, strconv.Itoa(int(p)))
+		probe := fmt.Sprintf("exec 3<>/dev/tcp/%s/%d", clusterIP, p)
+		err := Poll(ctx, 250*time.Millisecond, "service "+addr+" routable from the node", func(ctx context.Context) (bool, string, error) {
+			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			out, err := exec.CommandContext(pctx, "docker", "exec", node, "timeout", "2", "bash", "-c", probe).CombinedOutput()
+			if err != nil {
+				return false, strings.TrimSpace(string(out)) + " " + err.Error(), nil
+			}
+			return true, "", nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -304,6 +304,22 @@ func (k *Kube) WaitEndpoints(ctx context.Context, service string, n int) error {
 	})
 }
 
+// ServiceAddress returns a Service's cluster IP and its ports.
+func (k *Kube) ServiceAddress(ctx context.Context, service string) (string, []int32, error) {
+	svc, err := k.CS.CoreV1().Services(k.NS).Get(ctx, service, metav1.GetOptions{})
+	if err != nil {
+		return "", nil, err
+	}
+	if svc.Spec.ClusterIP == "" || svc.Spec.ClusterIP == corev1.ClusterIPNone {
+		return "", nil, fmt.Errorf("service %s has no cluster IP", service)
+	}
+	ports := make([]int32, 0, len(svc.Spec.Ports))
+	for _, p := range svc.Spec.Ports {
+		ports = append(ports, p.Port)
+	}
+	return svc.Spec.ClusterIP, ports, nil
+}
+
 // ProxyGet sends GET path to a service's port through the API server's service proxy, so the
 // test reaches in-cluster services through 127.0.0.1 only.
 func (k *Kube) ProxyGet(ctx context.Context, service, port, path string, params map[string]string) ([]byte, error) {
