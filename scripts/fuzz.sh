@@ -17,7 +17,8 @@ secs=${1:-10}
 parallel=()
 [[ -n ${FUZZ_PARALLEL:-} ]] && parallel=(-parallel "$FUZZ_PARALLEL")
 
-# Every "func FuzzXxx(" in a test file of this module (deploy/ is a module of its own).
+# Every "func FuzzXxx(" in a test file under cmd, internal and pkg (deploy/ and e2e/ are modules of
+# their own and have none; cmd/inject is a module of its own too, so each runs from its directory).
 mapfile -t targets < <(grep -rE --include='*_test.go' -o '^func Fuzz[A-Za-z0-9_]*\(' cmd internal pkg 2>/dev/null |
 	sed -E 's|^(.*)/[^/]*_test\.go:func (Fuzz[A-Za-z0-9_]*)\($|./\1 \2|' | sort -u)
 if [[ ${#targets[@]} -eq 0 ]]; then
@@ -44,7 +45,8 @@ for t in "${targets[@]}"; do
 	fi
 	printf '== %s %s (%ss)\n' "$pkg" "$name" "$secs"
 	start=$SECONDS
-	if go test -run '^$' -fuzz "^${name}\$" -fuzztime "${secs}s" "${parallel[@]}" "$pkg" >"$log" 2>&1; then
+	# From the package's own directory: cmd/inject is a module of its own.
+	if (cd "$pkg" && go test -run '^$' -fuzz "^${name}\$" -fuzztime "${secs}s" "${parallel[@]}" .) >"$log" 2>&1; then
 		result=ok
 	elif stop_race "$log"; then
 		# Go's fuzz coordinator can report its own -fuzztime deadline as a failure when a

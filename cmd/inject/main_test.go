@@ -1,0 +1,51 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+const deployment = `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers: [{name: web, image: web:1, ports: [{name: http, containerPort: 8080}]}]
+`
+
+func TestRun(t *testing.T) {
+	cases := []struct {
+		name  string
+		args  []string
+		stdin string
+		code  int
+		out   string // in stdout
+		err   string // in stderr
+	}{
+		{"stdin to stdout", []string{"--strategy", "inflight"}, deployment, 0, "strategy: inflight", "Deployment web: injected"},
+		{"unknown flag", []string{"--nope"}, deployment, 2, "", "flag provided but not defined: -nope"},
+		{"argument", []string{"app.yaml"}, deployment, 2, "", `unexpected argument "app.yaml"`},
+		{"bad version", []string{"--kube-version", "new"}, deployment, 2, "", "--kube-version"},
+		{"bad pre-stop", []string{"--pre-stop", "wait"}, deployment, 2, "", "--pre-stop"},
+		{"bad port", []string{"--sidecar-port", "70000"}, deployment, 2, "", "--sidecar-port: 70000"},
+		{"unknown strategy", []string{"--strategy", "fastest"}, deployment, 1, "", `strategy: unknown strategy "fastest"`},
+		{"missing file", []string{"-f", "does-not-exist.yaml"}, "", 1, "", "reading does-not-exist.yaml"},
+		{"one object fails, nothing written", nil, deployment + "---\napiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: a, image: a}]}\n", 1, "", "Pod p: spec.containers[*].ports: no named TCP port"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			code := run(c.args, strings.NewReader(c.stdin), &out, &errb)
+			if code != c.code || !strings.Contains(out.String(), c.out) || !strings.Contains(errb.String(), c.err) {
+				t.Fatalf("exit %d, stdout %q, stderr %q; want exit %d, stdout with %q, stderr with %q", code, out.String(), errb.String(), c.code, c.out, c.err)
+			}
+			if c.code != 0 && out.Len() > 0 {
+				t.Errorf("a failed run wrote %d bytes", out.Len())
+			}
+		})
+	}
+}
