@@ -246,42 +246,49 @@ func workloadKind(tm metav1.TypeMeta) bool {
 }
 
 func decodeWorkload(tm metav1.TypeMeta, doc []byte) (workload, error) {
-	decode := func(obj any) error { return yaml.UnmarshalStrict(doc, obj) }
 	w := workload{kind: tm.Kind, templatePath: "spec.template.spec"}
-	var err error
 	switch tm.Kind {
 	case "Deployment":
-		var o appsv1.Deployment
-		err = decode(&o)
-		w.obj, w.top, w.meta, w.spec = &o, &o.ObjectMeta, &o.Spec.Template.ObjectMeta, &o.Spec.Template.Spec
+		return w, decodeAs(doc, &w, func(o *appsv1.Deployment) (*metav1.ObjectMeta, *corev1.PodTemplateSpec) {
+			return &o.ObjectMeta, &o.Spec.Template
+		})
 	case "StatefulSet":
-		var o appsv1.StatefulSet
-		err = decode(&o)
-		w.obj, w.top, w.meta, w.spec = &o, &o.ObjectMeta, &o.Spec.Template.ObjectMeta, &o.Spec.Template.Spec
+		return w, decodeAs(doc, &w, func(o *appsv1.StatefulSet) (*metav1.ObjectMeta, *corev1.PodTemplateSpec) {
+			return &o.ObjectMeta, &o.Spec.Template
+		})
 	case "DaemonSet":
-		var o appsv1.DaemonSet
-		err = decode(&o)
-		w.obj, w.top, w.meta, w.spec = &o, &o.ObjectMeta, &o.Spec.Template.ObjectMeta, &o.Spec.Template.Spec
+		return w, decodeAs(doc, &w, func(o *appsv1.DaemonSet) (*metav1.ObjectMeta, *corev1.PodTemplateSpec) {
+			return &o.ObjectMeta, &o.Spec.Template
+		})
 	case "ReplicaSet":
-		var o appsv1.ReplicaSet
-		err = decode(&o)
-		w.obj, w.top, w.meta, w.spec = &o, &o.ObjectMeta, &o.Spec.Template.ObjectMeta, &o.Spec.Template.Spec
+		return w, decodeAs(doc, &w, func(o *appsv1.ReplicaSet) (*metav1.ObjectMeta, *corev1.PodTemplateSpec) {
+			return &o.ObjectMeta, &o.Spec.Template
+		})
 	case "Job":
-		var o batchv1.Job
-		err = decode(&o)
-		w.obj, w.top, w.meta, w.spec = &o, &o.ObjectMeta, &o.Spec.Template.ObjectMeta, &o.Spec.Template.Spec
+		return w, decodeAs(doc, &w, func(o *batchv1.Job) (*metav1.ObjectMeta, *corev1.PodTemplateSpec) {
+			return &o.ObjectMeta, &o.Spec.Template
+		})
 	case "CronJob":
-		var o batchv1.CronJob
-		err = decode(&o)
 		w.templatePath = "spec.jobTemplate.spec.template.spec"
-		w.obj, w.top, w.meta, w.spec = &o, &o.ObjectMeta, &o.Spec.JobTemplate.Spec.Template.ObjectMeta, &o.Spec.JobTemplate.Spec.Template.Spec
-	case "Pod":
-		var o corev1.Pod
-		err = decode(&o)
-		w.templatePath = "spec"
-		w.obj, w.top, w.meta, w.spec = &o, &o.ObjectMeta, &o.ObjectMeta, &o.Spec
+		return w, decodeAs(doc, &w, func(o *batchv1.CronJob) (*metav1.ObjectMeta, *corev1.PodTemplateSpec) {
+			return &o.ObjectMeta, &o.Spec.JobTemplate.Spec.Template
+		})
 	}
+	// A Pod is its own template.
+	w.templatePath = "spec"
+	var o corev1.Pod
+	err := yaml.UnmarshalStrict(doc, &o)
+	w.obj, w.top, w.meta, w.spec = &o, &o.ObjectMeta, &o.ObjectMeta, &o.Spec
 	return w, err
+}
+
+// decodeAs decodes doc strictly as a T and points w at its metadata and pod template.
+func decodeAs[T any](doc []byte, w *workload, parts func(*T) (*metav1.ObjectMeta, *corev1.PodTemplateSpec)) error {
+	var o T
+	err := yaml.UnmarshalStrict(doc, &o)
+	top, tmpl := parts(&o)
+	w.obj, w.top, w.meta, w.spec = &o, top, &tmpl.ObjectMeta, &tmpl.Spec
+	return err
 }
 
 // split reads a multi-document YAML stream; documents with nothing but comments and blank
