@@ -89,30 +89,26 @@ func FuzzPod(f *testing.F) {
 func check(t *testing.T, before, after *corev1.PodSpec, res Result) {
 	t.Helper()
 	sidecars := 0
-	containers := map[string]bool{}
-	for _, cs := range [][]corev1.Container{after.InitContainers, after.Containers} {
-		for _, c := range cs {
-			if containers[c.Name] {
-				t.Fatalf("container name %s twice", c.Name)
-			}
-			containers[c.Name] = true
-			if c.Name == ContainerName {
-				sidecars++
-			}
+	seen := map[string]bool{}
+	for _, c := range containers(after) {
+		if seen[c.Name] {
+			t.Fatalf("container name %s twice", c.Name)
+		}
+		seen[c.Name] = true
+		if c.Name == ContainerName {
+			sidecars++
 		}
 	}
 	if sidecars != 1 {
 		t.Fatalf("%d sidecars", sidecars)
 	}
-	sc := sidecarOf(after)
+	sc := sidecar(after)
 	others := map[int32]bool{}
 	names := portNames(after)
-	for _, cs := range [][]corev1.Container{after.InitContainers, after.Containers} {
-		for _, c := range cs {
-			for _, p := range c.Ports {
-				if c.Name != ContainerName {
-					others[p.ContainerPort] = true
-				}
+	for _, c := range containers(after) {
+		for _, p := range c.Ports {
+			if c.Name != ContainerName {
+				others[p.ContainerPort] = true
 			}
 		}
 	}

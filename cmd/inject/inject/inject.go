@@ -207,7 +207,7 @@ func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
 func Pod(name string, meta *metav1.ObjectMeta, spec *corev1.PodSpec, s Settings, strategies []string) (Result, error) {
 	s = s.Defaults()
 	ann := meta.Annotations
-	if hasSidecar(spec) {
+	if sidecar(spec) != nil {
 		r := Result{Skipped: "it already has the loadshed sidecar"}
 		var st status
 		if json.Unmarshal([]byte(ann[AnnotationStatus]), &st) == nil {
@@ -497,15 +497,26 @@ func renameProbePorts(c *corev1.Container, from, to string) {
 	}
 }
 
-func hasSidecar(spec *corev1.PodSpec) bool {
+// containers returns the pod's init and regular containers, in that order, as pointers into
+// spec.
+func containers(spec *corev1.PodSpec) []*corev1.Container {
+	all := make([]*corev1.Container, 0, len(spec.InitContainers)+len(spec.Containers))
 	for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
-		for _, c := range cs {
-			if c.Name == ContainerName {
-				return true
-			}
+		for i := range cs {
+			all = append(all, &cs[i])
 		}
 	}
-	return false
+	return all
+}
+
+// sidecar returns the pod's loadshed container, or nil.
+func sidecar(spec *corev1.PodSpec) *corev1.Container {
+	for _, c := range containers(spec) {
+		if c.Name == ContainerName {
+			return c
+		}
+	}
+	return nil
 }
 
 // meshProxy names the mesh whose proxy the pod already runs, or "".
@@ -516,14 +527,12 @@ func meshProxy(meta *metav1.ObjectMeta, spec *corev1.PodSpec) string {
 	if _, ok := meta.Annotations["linkerd.io/proxy-version"]; ok {
 		return "Linkerd"
 	}
-	for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
-		for _, c := range cs {
-			switch c.Name {
-			case "istio-proxy":
-				return "Istio"
-			case "linkerd-proxy":
-				return "Linkerd"
-			}
+	for _, c := range containers(spec) {
+		switch c.Name {
+		case "istio-proxy":
+			return "Istio"
+		case "linkerd-proxy":
+			return "Linkerd"
 		}
 	}
 	return ""
@@ -531,11 +540,9 @@ func meshProxy(meta *metav1.ObjectMeta, spec *corev1.PodSpec) string {
 
 func usedPorts(spec *corev1.PodSpec) map[int32]bool {
 	used := map[int32]bool{}
-	for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
-		for _, c := range cs {
-			for _, p := range c.Ports {
-				used[p.ContainerPort] = true
-			}
+	for _, c := range containers(spec) {
+		for _, p := range c.Ports {
+			used[p.ContainerPort] = true
 		}
 	}
 	return used
@@ -544,12 +551,10 @@ func usedPorts(spec *corev1.PodSpec) map[int32]bool {
 // portNames counts the pod's port names.
 func portNames(spec *corev1.PodSpec) map[string]int {
 	names := map[string]int{}
-	for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
-		for _, c := range cs {
-			for _, p := range c.Ports {
-				if p.Name != "" {
-					names[p.Name]++
-				}
+	for _, c := range containers(spec) {
+		for _, p := range c.Ports {
+			if p.Name != "" {
+				names[p.Name]++
 			}
 		}
 	}

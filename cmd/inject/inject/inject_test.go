@@ -128,17 +128,6 @@ func decodePods(t *testing.T, stream []byte) (map[string]*corev1.PodSpec, map[st
 	return specs, metas, configs
 }
 
-func sidecarOf(spec *corev1.PodSpec) *corev1.Container {
-	for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
-		for i := range cs {
-			if cs[i].Name == ContainerName {
-				return &cs[i]
-			}
-		}
-	}
-	return nil
-}
-
 // The wiring, read back from the output: the sidecar has the old port name on a new number,
 // the application keeps its number under a new name, probes on the name follow the
 // application, the generated config forwards to the application and the proxy accepts it.
@@ -146,7 +135,7 @@ func TestWiring(t *testing.T) {
 	out, _ := run(t, input(t, "deployment"), Options{Settings: Settings{PortName: "http"}})
 	specs, metas, configs := decodePods(t, out)
 	spec := specs["shop"]
-	sc := sidecarOf(spec)
+	sc := sidecar(spec)
 	if sc == nil || sc.RestartPolicy == nil || *sc.RestartPolicy != corev1.ContainerRestartPolicyAlways {
 		t.Fatalf("want a native sidecar (init container, restartPolicy Always), got %+v", sc)
 	}

@@ -49,17 +49,18 @@ func Manifests(in io.Reader, o Options) ([]byte, Report, error) {
 		before   = make([][]byte, len(docs))
 		injected []workload
 	)
+	kinds := make([]metav1.TypeMeta, len(docs))
 	for i, doc := range docs {
 		out[i] = doc
-		var tm metav1.TypeMeta
-		if err := yaml.Unmarshal(doc, &tm); err != nil {
+		tm := &kinds[i]
+		if err := yaml.Unmarshal(doc, tm); err != nil {
 			errs = append(errs, fmt.Errorf("document %d: %w", i+1, err))
 			continue
 		}
-		if tm.Kind == "Service" || !workloadKind(tm) {
+		if !workloadKind(*tm) {
 			continue
 		}
-		w, err := decodeWorkload(tm, doc)
+		w, err := decodeWorkload(*tm, doc)
 		if err != nil {
 			var named struct {
 				Metadata metav1.ObjectMeta `json:"metadata"`
@@ -107,9 +108,9 @@ func Manifests(in io.Reader, o Options) ([]byte, Report, error) {
 		injected = append(injected, w)
 		rep.Lines = append(rep.Lines, fmt.Sprintf("%s: injected: port %s is the sidecar's (%d), the application's %d is now %s; strategy %s", w.id(""), res.PortName, res.SidecarPort, res.AppPort, res.AppPortName, res.Strategy))
 	}
+	// Services last: they are judged against every workload of the stream, wherever it stands.
 	for i, doc := range docs {
-		var tm metav1.TypeMeta
-		if yaml.Unmarshal(doc, &tm) != nil || tm.Kind != "Service" || tm.APIVersion != "v1" {
+		if kinds[i] != (metav1.TypeMeta{APIVersion: "v1", Kind: "Service"}) {
 			continue
 		}
 		var svc corev1.Service
