@@ -110,6 +110,14 @@ func (f *fakeStream) next(t *testing.T) *extprocv3.ProcessingResponse {
 	case m := <-f.out:
 		return m
 	case err := <-f.done:
+		f.done <- err // for end and Cleanup, which wait for it too
+		// A door that sends its last message and ends makes both cases ready, and select
+		// picks either: what it sent before it ended is in out by now.
+		select {
+		case m := <-f.out:
+			return m
+		default:
+		}
 		t.Fatalf("stream ended (%v) where a message was expected", err)
 	case <-time.After(5 * time.Second):
 		t.Fatal("no message from the door within 5 s")
