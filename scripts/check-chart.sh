@@ -6,6 +6,9 @@
 #   3. generated chart files (rules template, dashboard copy, README) are up to date,
 #      and the two Dockerfiles' runtime stages agree;
 #   4. the Go tests in deploy/ (typed decoding of every manifest, rules, dashboard).
+# and the injector's chart deploy/helm/loadshed-injector: lint and template with each of its
+# ci/*-values.yaml, bad values rejected, and its rendered settings.yaml the one cmd/injector's
+# tests decode (cmd/injector/testdata/valid-chart-defaults.yaml).
 # Helm comes from $HELM, else scripts/install-helm.sh builds the pinned version.
 # SKIP_GO_TESTS=1 skips step 4.
 set -euo pipefail
@@ -36,7 +39,7 @@ for f in "${files[@]}"; do
 	echo "check-chart: ok $f" >&2
 done
 
-# expect_rejected DESCRIPTION TEXT HELM-ARGS...: helm template must fail and say TEXT.
+# expect_rejected DESCRIPTION TEXT HELM-ARGS...: helm template of $chart must fail and say TEXT.
 expect_rejected() {
 	local what="$1" want="$2" out
 	shift 2
@@ -54,6 +57,28 @@ expect_rejected "typo'd key" "'inflght' not allowed" --set admission.inflght.lim
 expect_rejected "zero rate" "at '/admission/tokenBucket/rate'" --set admission.tokenBucket.rate=0
 expect_rejected "bad duration" "at '/admission/boundedQueue/maxWait'" --set-string admission.boundedQueue.maxWait=eighty
 expect_rejected "short grace period" "terminationGracePeriodSeconds" --set terminationGracePeriodSeconds=5
+
+# The injector's chart.
+injector=deploy/helm/loadshed-injector
+files=("$injector"/ci/*-values.yaml)
+((${#files[@]} >= 3)) || fail "expected at least 3 ci values files in $injector/ci, found ${#files[@]}"
+for f in "${files[@]}"; do
+	if ! out="$("$HELM" lint --strict "$injector" -f "$f" 2>&1)"; then
+		fail "helm lint with $f:"$'\n'"$out"
+	elif ! out="$("$HELM" template ci "$injector" -f "$f" 2>&1 >/dev/null)"; then
+		fail "helm template with $f:"$'\n'"$out"
+	else
+		echo "check-chart: ok $f" >&2
+	fi
+done
+chart=$injector expect_rejected "injector: unknown strategy" "at '/injection/strategy'" --set injection.strategy=magic
+chart=$injector expect_rejected "injector: failurePolicy" "at '/webhook/failurePolicy'" --set webhook.failurePolicy=Never
+chart=$injector expect_rejected "injector: typo'd key" "'webhok' not allowed" --set webhok.timeoutSeconds=3
+chart=$injector expect_rejected "injector: renewal window" "tls.renewBeforeDays" --set tls.renewBeforeDays=400
+settings=$("$HELM" template ci "$injector" --show-only templates/configmap.yaml | sed -n '/settings.yaml: |/,$p' | tail -n +2 | sed 's/^    //')
+if ! diff <(printf '%s\n' "$settings") <(grep -v '^#' cmd/injector/testdata/valid-chart-defaults.yaml) >&2; then
+	fail "the injector chart's settings.yaml differs from cmd/injector/testdata/valid-chart-defaults.yaml (update the testdata and check cmd/injector decodes it)"
+fi
 
 if ! (cd deploy && go run ./cmd/genchart -check); then
 	fail "generated chart files are stale: run 'go generate' in deploy/"

@@ -18,7 +18,8 @@ parallel=()
 [[ -n ${FUZZ_PARALLEL:-} ]] && parallel=(-parallel "$FUZZ_PARALLEL")
 
 # Every "func FuzzXxx(" in a test file under cmd, internal and pkg (deploy/ and e2e/ are modules of
-# their own and have none; cmd/inject is a module of its own too, so each runs from its directory).
+# their own and have none; cmd/inject and cmd/injector are modules of their own too, so each runs
+# from its directory).
 mapfile -t targets < <(grep -rE --include='*_test.go' -o '^func Fuzz[A-Za-z0-9_]*\(' cmd internal pkg 2>/dev/null |
 	sed -E 's|^(.*)/[^/]*_test\.go:func (Fuzz[A-Za-z0-9_]*)\($|./\1 \2|' | sort -u)
 if [[ ${#targets[@]} -eq 0 ]]; then
@@ -45,7 +46,7 @@ for t in "${targets[@]}"; do
 	fi
 	printf '== %s %s (%ss)\n' "$pkg" "$name" "$secs"
 	start=$SECONDS
-	# From the package's own directory: cmd/inject is a module of its own.
+	# From the package's own directory: cmd/inject and cmd/injector are modules of their own.
 	if (cd "$pkg" && go test -run '^$' -fuzz "^${name}\$" -fuzztime "${secs}s" "${parallel[@]}" .) >"$log" 2>&1; then
 		result=ok
 	elif stop_race "$log"; then

@@ -17,6 +17,9 @@ go test -race -count=1 ./...
 step "cmd/inject (a module of its own, for its Kubernetes libraries): vet and unit tests (-race)"
 (cd cmd/inject && go vet ./... && go test -race -count=1 ./...)
 
+step "cmd/injector (the admission webhook, a module of its own): vet and unit tests (-race)"
+(cd cmd/injector && go vet ./... && go test -race -count=1 ./...)
+
 step "integration tests (overload on loopback, no -race)"
 # One package at a time and one test at a time: these tests measure latency and must not share
 # the two cores with each other.

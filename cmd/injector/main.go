@@ -1,0 +1,207 @@
+// Command injector is loadshed's mutating admission webhook: it adds the loadshed sidecar to
+// pods as they are created, with the same library as `inject`. The chart
+// deploy/helm/loadshed-injector registers it for pods in namespaces labelled
+// loadshed.dev/inject=enabled (and pods labelled loadshed.dev/inject=true elsewhere); a pod
+// annotated loadshed.dev/inject: "false" is left alone, and loadshed.dev/strategy, /port and
+// /config override the settings for one pod. A pod it cannot inject is admitted unchanged, with
+// an admission warning and a loadshed.dev/status annotation saying why: it never refuses a pod.
+//
+//	injector --tls-cert-file tls.crt --tls-key-file tls.key --settings settings.yaml
+//
+// It serves POST /mutate and GET /healthz over HTTPS (--listen), reloading the certificate when
+// its files change, and Prometheus metrics over HTTP (--metrics-listen). The server's version
+// (native sidecar from 1.33) comes from --kube-version, or from the API server itself when that
+// is empty. On SIGTERM it fails readiness, keeps serving for --shutdown-delay while its
+// endpoints update, then stops.
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/loadshed/loadshed/cmd/inject/inject"
+	"github.com/loadshed/loadshed/internal/config"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "injector:", err)
+		os.Exit(1)
+	}
+}
+
+// options are the command's flags.
+type options struct {
+	listen, metricsListen     string
+	certFile, keyFile         string
+	settingsFile, kubeVersion string
+	certPoll, shutdownDelay   time.Duration
+}
+
+func parse(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("injector", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.listen, "listen", ":8443", "HTTPS address of /mutate and /healthz")
+	fs.StringVar(&o.metricsListen, "metrics-listen", ":9090", "HTTP address of /metrics; empty serves none")
+	fs.StringVar(&o.certFile, "tls-cert-file", "", "serving certificate (PEM), reloaded when it changes")
+	fs.StringVar(&o.keyFile, "tls-key-file", "", "serving certificate's key (PEM)")
+	fs.DurationVar(&o.certPoll, "cert-poll-interval", 10*time.Second, "how often to look for a new certificate")
+	fs.StringVar(&o.settingsFile, "settings", "", "YAML settings of the injected sidecar (image, strategy, resources, ...); empty: defaults")
+	fs.StringVar(&o.kubeVersion, "kube-version", "", "the cluster's Kubernetes version (native sidecar from 1.33); empty asks the API server")
+	fs.DurationVar(&o.shutdownDelay, "shutdown-delay", 5*time.Second, "how long to keep serving after SIGTERM while the endpoints update")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	switch {
+	case fs.NArg() > 0:
+		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	case o.certFile == "" || o.keyFile == "":
+		return o, errors.New("--tls-cert-file and --tls-key-file are required (the API server calls webhooks over HTTPS)")
+	case o.certPoll <= 0:
+		return o, fmt.Errorf("--cert-poll-interval: %v, want more than 0", o.certPoll)
+	case o.shutdownDelay < 0:
+		return o, fmt.Errorf("--shutdown-delay: %v is negative", o.shutdownDelay)
+	}
+	return o, nil
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parse(args, stderr)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, nil))
+	s, err := loadSettings(o.settingsFile)
+	if err != nil {
+		return fmt.Errorf("--settings: %w", err)
+	}
+	if o.kubeVersion != "" {
+		if s.Kube, err = inject.ParseVersion(o.kubeVersion); err != nil {
+			return fmt.Errorf("--kube-version: %w", err)
+		}
+	} else {
+		api, err := inCluster(serviceAccountDir)
+		if err != nil {
+			return fmt.Errorf("the server's version (or give --kube-version): %w", err)
+		}
+		dctx, cancel := context.WithTimeout(ctx, time.Minute)
+		s.Kube, err = discoverVersion(dctx, api, 2*time.Second)
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
+	sidecar := "regular container"
+	if s.Kube.Native() {
+		sidecar = "native sidecar"
+	}
+	log.Info("settings", "kubeVersion", s.Kube.String(), "sidecar", sidecar, "image", s.Image, "strategy", s.Strategy, "configMap", s.ConfigMap)
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	certs, err := newCertReloader(o.certFile, o.keyFile, log, reg)
+	if err != nil {
+		return err
+	}
+	hook, err := newWebhook(s, config.Strategies, log, reg)
+	if err != nil {
+		return err
+	}
+	var stopping atomic.Bool
+	srv := &http.Server{
+		Handler:           routes(hook, certs, &stopping),
+		TLSConfig:         &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: certs.GetCertificate},
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return err
+	}
+	servers := []*http.Server{srv}
+	addrs := []any{ln.Addr().String()}
+	errc := make(chan error, 2)
+	go func() { errc <- srv.ServeTLS(ln, "", "") }()
+	if o.metricsListen != "" {
+		mln, err := net.Listen("tcp", o.metricsListen)
+		if err != nil {
+			_ = srv.Close()
+			return err
+		}
+		msrv := &http.Server{
+			Handler:           promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
+			ReadHeaderTimeout: 10 * time.Second,
+		}
+		servers = append(servers, msrv)
+		addrs = append(addrs, mln.Addr().String())
+		go func() { errc <- msrv.Serve(mln) }()
+	}
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go certs.watch(wctx, o.certPoll)
+	log.Info("serving", "listen", ln.Addr().String(), "metrics", o.metricsListen)
+	// One line of addresses, the webhook's then the metrics': tests listen on port 0.
+	fmt.Fprintln(stdout, addrs...)
+
+	select {
+	case err := <-errc:
+		for _, s := range servers {
+			_ = s.Close()
+		}
+		return err
+	case <-ctx.Done():
+	}
+	// Fail readiness and keep answering while the endpoints drop this pod, then finish the
+	// reviews in flight.
+	stopping.Store(true)
+	log.Info("stopping", "delay", o.shutdownDelay.String())
+	time.Sleep(o.shutdownDelay)
+	sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var errs []error
+	for _, s := range servers {
+		errs = append(errs, s.Shutdown(sctx))
+	}
+	return errors.Join(errs...)
+}
+
+// routes are the HTTPS server's: /mutate and /healthz (ready while a certificate is loaded and
+// the process is not stopping).
+func routes(hook http.Handler, certs *certReloader, stopping *atomic.Bool) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/mutate", hook)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		c := certs.cur.Load()
+		switch {
+		case stopping.Load():
+			http.Error(w, "stopping", http.StatusServiceUnavailable)
+		case c == nil || time.Now().After(c.Leaf.NotAfter):
+			http.Error(w, "no valid serving certificate", http.StatusServiceUnavailable)
+		default:
+			_, _ = io.WriteString(w, "ok\n")
+		}
+	})
+	return mux
+}
