@@ -46,7 +46,14 @@ type AdaptiveConfig struct {
 	Services []string
 	// Warmup runs each point's load for this long before the measurement.
 	Warmup time.Duration
+	// Variants are extra loadshed adaptive targets, "loadshed/adaptive~NAME", each with its
+	// own adaptive block, for tuning runs next to the default.
+	Variants []AdaptiveVariant `json:",omitempty"`
 }
+
+// AdaptiveVariant is an extra adaptive target: Block is the adaptive block's body in the
+// config file's flow style, e.g. "{queue: {depthPerLimit: 0}}".
+type AdaptiveVariant struct{ Name, Block string }
 
 // Validate reports every problem, naming the field.
 func (c AdaptiveConfig) Validate() error {
@@ -144,7 +151,7 @@ func RunAdaptive(ctx context.Context, cfg AdaptiveConfig, stdout, stderr io.Writ
 		return nil, err
 	}
 	logf := func(format string, a ...any) { fmt.Fprintf(stderr, "bench adaptive: "+format+"\n", a...) }
-	targets, err := SelectTargets(AdaptiveTargets(cases[0].Limits), cfg.Targets)
+	targets, err := SelectTargets(AdaptiveTargets(cases[0].Limits, cfg.Variants...), cfg.Targets)
 	if err != nil {
 		return nil, err
 	}

@@ -117,8 +117,8 @@ var AdaptiveAlgorithms = []string{"gradient", "gradient2", "vegas", "aimd", "gre
 
 // AdaptiveTargets are the targets of the adaptive scenario: loadshed's adaptive strategy with its
 // default algorithm, then with each algorithm named, then Envoy's adaptive_concurrency. None is
-// told anything about the backend.
-func AdaptiveTargets(l Limits) []Target {
+// told anything about the backend. Each variant adds "loadshed/adaptive~NAME" after them.
+func AdaptiveTargets(l Limits, variants ...AdaptiveVariant) []Target {
 	var ts []Target
 	for _, t := range AllTargets(l) {
 		if t.Name == "loadshed/adaptive" {
@@ -131,6 +131,12 @@ func AdaptiveTargets(l Limits) []Target {
 		s := &Strategy{Name: "adaptive", Block: func(Limits) string { return block }}
 		ts = append(ts, Target{Name: "loadshed/adaptive-" + alg, Kind: KindLoadshed, strategy: s,
 			Settings: "strategy adaptive, algorithm " + alg + ", its defaults otherwise"})
+	}
+	for _, v := range variants {
+		block := fmt.Sprintf("  adaptive: %s\n", v.Block)
+		s := &Strategy{Name: "adaptive", Block: func(Limits) string { return block }}
+		ts = append(ts, Target{Name: "loadshed/adaptive~" + v.Name, Kind: KindLoadshed, strategy: s,
+			Settings: "strategy adaptive, " + v.Block})
 	}
 	for i := range EnvoySetups {
 		if EnvoySetups[i].LimitStat != "" {

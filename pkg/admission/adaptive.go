@@ -36,6 +36,25 @@ type AdaptiveConfig struct {
 	// queue's MaxWait must be positive.
 	QueueDepth int64
 	MaxWait    time.Duration
+	// QueuePerLimit sizes the queue from the limit when QueueDepth is 0 (a fixed depth wins):
+	// ceil(QueuePerLimit x limit) cost units may wait, so the queue grows and shrinks with the limit the algorithm
+	// finds. WaitPerRTT bounds each wait at WaitPerRTT x the no-load latency estimate (never
+	// beyond MaxWait, which alone applies while that estimate is unknown). Both 0: the fixed
+	// QueueDepth and MaxWait.
+	//
+	// Such a queue keeps the backend busy without a queue inside it: a slot that frees is taken
+	// at once by a waiter instead of staying idle until the next arrival, while the limit stays
+	// where the latency says the backend is saturated. A wait of half the no-load latency
+	// (QueuePerLimit 0.5: the waiters are served within about half a service time) is the
+	// default of the proxy's adaptive block.
+	QueuePerLimit float64
+	WaitPerRTT    float64
+	// QueueLIFO serves the newest waiter first (within a priority level). Under a light overload
+	// the queue only bridges the moment between a completion and the next arrival, and either
+	// order serves every waiter; under a heavy one the queue is always full, and newest-first
+	// admits requests that have barely waited while the oldest reach their bound and are
+	// refused, instead of making every admitted request pay the whole wait.
+	QueueLIFO  bool
 	Priorities PriorityConfig
 }
 
@@ -85,8 +104,14 @@ func (c AdaptiveConfig) Validate() error {
 	if c.QueueDepth < 0 {
 		errs.add("queue.depth", "must not be negative, got %d", c.QueueDepth)
 	}
-	if c.MaxWait < 0 || (c.QueueDepth > 0 && c.MaxWait == 0) {
-		errs.add("queue.maxWait", "must be a positive duration (how long a request may wait) when queue.depth is set, got %s", c.MaxWait)
+	if !(c.QueuePerLimit >= 0 && c.QueuePerLimit <= 100) {
+		errs.add("queue.depthPerLimit", "must be between 0 and 100, got %v", c.QueuePerLimit)
+	}
+	if !(c.WaitPerRTT >= 0 && c.WaitPerRTT <= 100) {
+		errs.add("queue.waitPerRTT", "must be between 0 and 100, got %v", c.WaitPerRTT)
+	}
+	if c.MaxWait < 0 || ((c.QueueDepth > 0 || c.QueuePerLimit > 0) && c.MaxWait == 0) {
+		errs.add("queue.maxWait", "must be a positive duration (how long a request may wait) when queue.depth or queue.depthPerLimit is set, got %s", c.MaxWait)
 	}
 	errs.nest("priorities", c.Priorities.Validate())
 	return errs.err()
@@ -100,6 +125,7 @@ func NewAdaptive(c AdaptiveConfig) (Core, error) {
 	c.defaults()
 	return &semaphore{
 		name: "adaptive", limit: c.InitialLimit, depth: c.QueueDepth, maxWait: c.MaxWait,
+		depthPerLimit: c.QueuePerLimit, waitPerRTT: c.WaitPerRTT, lifo: c.QueueLIFO,
 		prio: c.Priorities, adapt: newController(c),
 	}, nil
 }

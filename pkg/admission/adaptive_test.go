@@ -3,6 +3,7 @@ package admission_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -340,5 +341,139 @@ func TestChainPassesTheMeasuredLatencyToItsStages(t *testing.T) {
 	}
 	if len(rec.windows) == 0 || rec.windows[0].RTT != 7*time.Millisecond {
 		t.Fatalf("windows %+v, want the chain's measured 7ms", rec.windows)
+	}
+}
+
+// TestAdaptiveQueueFollowsTheLimitAndTheLatency: with QueuePerLimit and WaitPerRTT the queue's
+// depth is a share of the current limit and a waiter's bound a share of the no-load latency
+// (MaxWait while that is unknown, and never beyond it); a freed slot goes to a waiter at once.
+func TestAdaptiveQueueFollowsTheLimitAndTheLatency(t *testing.T) {
+	limitNow := 4.0
+	rec := &recorder{next: func(float64, limit.Window) float64 { return limitNow }}
+	core := must(admission.NewAdaptive(admission.AdaptiveConfig{
+		Algorithm: rec, InitialLimit: 4, MinLimit: 1, MaxLimit: 64, MinSamples: 4,
+		QueuePerLimit: 0.5, WaitPerRTT: 0.5, MaxWait: 50 * time.Millisecond,
+	}))
+	var ev admission.Events
+	offer := func(now time.Time) *admission.Ticket {
+		tk := &admission.Ticket{}
+		tk.Reset(admission.Request{Priority: admission.Critical}, now)
+		core.Offer(now, tk, &ev)
+		return tk
+	}
+	now := t0
+	// Limit 4: four run, ceil(0.5 x 4) = 2 wait, the next is refused as queue-full.
+	var running []*admission.Ticket
+	for range 4 {
+		running = append(running, offer(now))
+	}
+	w1, w2, full := offer(now), offer(now), offer(now)
+	if w1.State() != admission.Pending || w2.State() != admission.Pending {
+		t.Fatalf("waiters %v %v, want both pending", w1.State(), w2.State())
+	}
+	if full.State() != admission.Refused || full.Err.Reason != admission.ReasonQueueFull {
+		t.Fatalf("third waiter: %v %+v, want queue-full", full.State(), full.Err)
+	}
+	// No latency known yet: the bound is MaxWait. A slot that frees goes to the first waiter.
+	core.Advance(now.Add(49*time.Millisecond), &ev)
+	if w1.State() != admission.Pending {
+		t.Fatalf("w1 %v before MaxWait, want pending", w1.State())
+	}
+	core.Release(now.Add(20*time.Millisecond), running[0], admission.Success, &ev)
+	if w1.State() != admission.Admitted || !w1.Granted.Equal(now.Add(20*time.Millisecond)) {
+		t.Fatalf("w1 %v granted %v, want admitted when the slot freed", w1.State(), w1.Granted)
+	}
+	core.Advance(now.Add(50*time.Millisecond), &ev)
+	if w2.State() != admission.Refused || w2.Err.Reason != admission.ReasonQueueTimeout {
+		t.Fatalf("w2 %v %+v, want a queue timeout at MaxWait", w2.State(), w2.Err)
+	}
+	for _, tk := range append(running[1:], w1) {
+		core.Release(now.Add(20*time.Millisecond), tk, admission.Success, &ev)
+	}
+
+	// A window of 20 ms samples teaches the no-load latency; the algorithm raises the limit to 8.
+	limitNow = 8
+	now = now.Add(200 * time.Millisecond)
+	drive(core, now, 4, 20*time.Millisecond, admission.Success)
+	if len(rec.windows) == 0 || rec.windows[len(rec.windows)-1].MinRTT != 20*time.Millisecond {
+		t.Fatalf("windows %+v, want one with MinRTT 20ms", rec.windows)
+	}
+	now = now.Add(20 * time.Millisecond)
+	for range 8 {
+		offer(now)
+	}
+	var waiters []*admission.Ticket
+	for range 5 {
+		waiters = append(waiters, offer(now))
+	}
+	for i, w := range waiters[:4] {
+		if w.State() != admission.Pending {
+			t.Fatalf("waiter %d: %v, want pending (depth ceil(0.5 x 8) = 4)", i, w.State())
+		}
+	}
+	// A full queue's Retry-After is the wait a waiter is now given: half the 20 ms no-load latency.
+	if last := waiters[4]; last.State() != admission.Refused || last.Err.Reason != admission.ReasonQueueFull || last.Err.RetryAfter != 10*time.Millisecond {
+		t.Fatalf("fifth waiter %v %+v, want queue-full with Retry-After 10ms", last.State(), last.Err)
+	}
+	// Each wait is bounded by that too.
+	core.Advance(now.Add(9*time.Millisecond), &ev)
+	if waiters[0].State() != admission.Pending {
+		t.Fatalf("waiter %v at 9 ms, want pending", waiters[0].State())
+	}
+	core.Advance(now.Add(10*time.Millisecond), &ev)
+	for i, w := range waiters[:4] {
+		if w.State() != admission.Refused || w.Err.Reason != admission.ReasonQueueTimeout {
+			t.Fatalf("waiter %d: %v %+v, want a queue timeout at 10 ms", i, w.State(), w.Err)
+		}
+	}
+}
+
+func TestAdaptiveQueueValidation(t *testing.T) {
+	base := admission.AdaptiveConfig{Algorithm: &recorder{}, InitialLimit: 4, MinLimit: 1, MaxLimit: 8}
+	for _, tc := range []struct {
+		name  string
+		edit  func(*admission.AdaptiveConfig)
+		field string
+	}{
+		{"negative share", func(c *admission.AdaptiveConfig) { c.QueuePerLimit = -1; c.MaxWait = time.Millisecond }, "queue.depthPerLimit"},
+		{"share without a wait", func(c *admission.AdaptiveConfig) { c.QueuePerLimit = 0.5 }, "queue.maxWait"},
+		{"negative wait share", func(c *admission.AdaptiveConfig) { c.WaitPerRTT = -0.1 }, "queue.waitPerRTT"},
+	} {
+		c := base
+		tc.edit(&c)
+		err := c.Validate()
+		if err == nil || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("%s: %v, want an error naming %s", tc.name, err, tc.field)
+		}
+	}
+}
+
+// TestAdaptiveQueueLIFO: with QueueLIFO a freed slot goes to the newest waiter of the most
+// important level; the oldest keeps waiting until its bound.
+func TestAdaptiveQueueLIFO(t *testing.T) {
+	core := must(admission.NewAdaptive(admission.AdaptiveConfig{
+		Algorithm:    &recorder{next: func(cur float64, _ limit.Window) float64 { return cur }},
+		InitialLimit: 2, MinLimit: 1, MaxLimit: 8, MinSamples: 100,
+		QueuePerLimit: 1, MaxWait: 50 * time.Millisecond, QueueLIFO: true,
+	}))
+	var ev admission.Events
+	offer := func(now time.Time, p admission.Priority) *admission.Ticket {
+		tk := &admission.Ticket{}
+		tk.Reset(admission.Request{Priority: p}, now)
+		core.Offer(now, tk, &ev)
+		return tk
+	}
+	a, b := offer(t0, admission.Critical), offer(t0, admission.Critical)
+	old := offer(t0.Add(time.Millisecond), admission.Critical)
+	fresh := offer(t0.Add(2*time.Millisecond), admission.Critical)
+	core.Release(t0.Add(5*time.Millisecond), a, admission.Success, &ev)
+	if fresh.State() != admission.Admitted || old.State() != admission.Pending {
+		t.Fatalf("fresh %v, old %v: want the newest waiter admitted first", fresh.State(), old.State())
+	}
+	// A more important waiter still goes before a newer, less important one.
+	low := offer(t0.Add(6*time.Millisecond), admission.Sheddable)
+	core.Release(t0.Add(7*time.Millisecond), b, admission.Success, &ev)
+	if old.State() != admission.Admitted || low.State() != admission.Pending {
+		t.Fatalf("old %v, low %v: want the critical waiter before the newer sheddable one", old.State(), low.State())
 	}
 }

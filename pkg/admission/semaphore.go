@@ -101,15 +101,18 @@ func NewInflight(c InflightConfig) (Core, error) {
 // no queue it is the in-flight shedder; with a queue, the bounded queue; with an adaptive
 // controller, the adaptive strategy; with a controlled-delay discipline, CoDel.
 type semaphore struct {
-	name     string
-	limit    float64 // permits = floor(limit), at least 1
-	depth    int64
-	maxWait  time.Duration
-	lifo     bool
-	inUse    int64
-	q        waitQueue
-	draining bool
-	meanHold time.Duration // moving average of successful hold times: Retry-After and deadlines
+	name    string
+	limit   float64 // permits = floor(limit), at least 1
+	depth   int64
+	maxWait time.Duration
+	// depthPerLimit and waitPerRTT (adaptive only, 0 when unused) make the queue follow the
+	// limit and the no-load latency: see AdaptiveConfig.
+	depthPerLimit, waitPerRTT float64
+	lifo                      bool
+	inUse                     int64
+	q                         waitQueue
+	draining                  bool
+	meanHold                  time.Duration // moving average of successful hold times: Retry-After and deadlines
 
 	prio       PriorityConfig
 	importants int64 // cost held by requests the reservation covers
@@ -178,11 +181,11 @@ func (s *semaphore) Offer(now time.Time, t *Ticket, ev *Events) Verdict {
 		s.take(now, t)
 		return Admitted
 	}
-	if s.depth == 0 {
+	depth := s.queueDepth()
+	if depth == 0 {
 		t.refuse(&Rejection{Reason: ReasonConcurrencyLimit, RetryAfter: s.meanHold, Stage: s.name})
 		return Refused
 	}
-	depth := s.depth
 	cost := min(t.cost, max(depth, 1))
 	// Make room by displacing less important waiters, newest first.
 	for s.q.cost+cost > depth {
@@ -195,7 +198,7 @@ func (s *semaphore) Offer(now time.Time, t *Ticket, ev *Events) Verdict {
 		low.refuse(&Rejection{Reason: ReasonQueueFull, RetryAfter: s.retryAfter(), Stage: s.name})
 		ev.Add(low)
 	}
-	at, why := queueExpiry(now, s.maxWait, t.Req.Deadline)
+	at, why := queueExpiry(now, s.queueWait(), t.Req.Deadline)
 	s.q.push(t, at, why)
 	return Pending
 }
@@ -207,9 +210,29 @@ func (s *semaphore) aheadOf(t *Ticket) bool {
 	return h == nil || clampPriority(t.Req.Priority) < clampPriority(h.Req.Priority)
 }
 
+// queueDepth is how many cost units may wait now: the fixed depth, else the share of the limit.
+func (s *semaphore) queueDepth() int64 {
+	if s.depth == 0 && s.depthPerLimit > 0 {
+		return int64(math.Ceil(s.depthPerLimit*float64(s.permits()) - 1e-9))
+	}
+	return s.depth
+}
+
+// queueWait is how long a request that queues now may wait: maxWait, or the share of the
+// no-load latency when that is known and shorter.
+func (s *semaphore) queueWait() time.Duration {
+	w := s.maxWait
+	if s.waitPerRTT > 0 && s.adapt != nil {
+		if m := s.adapt.minRTT.Value(); m > 0 {
+			w = min(w, time.Duration(s.waitPerRTT*float64(m)))
+		}
+	}
+	return w
+}
+
 func (s *semaphore) retryAfter() time.Duration {
-	if s.maxWait > 0 {
-		return s.maxWait
+	if w := s.queueWait(); w > 0 {
+		return w
 	}
 	return s.meanHold
 }
@@ -309,9 +332,10 @@ func (s *semaphore) estimate(now time.Time, t *Ticket) Queued {
 	return q
 }
 
-// maxQueueWait: a waiter leaves at its maxWait (CoDel's sheds only end waits earlier).
+// maxQueueWait: a waiter leaves at its maxWait (CoDel's sheds only end waits earlier; a wait
+// that follows the no-load latency is never longer).
 func (s *semaphore) maxQueueWait() time.Duration {
-	if s.depth == 0 {
+	if s.depth == 0 && s.depthPerLimit == 0 {
 		return 0
 	}
 	return s.maxWait

@@ -64,6 +64,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&adaptive.TraceEvery, "trace-every", 100*time.Millisecond, "adaptive: how often each target's concurrency limit is read")
 	fs.StringVar(&aWorkers, "adaptive-workers", "4,8,16", "adaptive: backend sizes W (capacity stays --backend-workers/--backend-service; S = W/C)")
 	fs.StringVar(&aShapes, "adaptive-services", "constant,slow-tail", "adaptive: service time shapes (constant, slow-tail)")
+	fs.Func("adaptive-variant", "adaptive: an extra target loadshed/adaptive~NAME, as NAME=BLOCK with BLOCK the adaptive block in flow style, e.g. noqueue='{queue: {depthPerLimit: 0}}' (repeatable)", func(v string) error {
+		name, block, ok := strings.Cut(v, "=")
+		if !ok || name == "" || strings.TrimSpace(block) == "" {
+			return fmt.Errorf("want NAME=BLOCK, got %q", v)
+		}
+		adaptive.Variants = append(adaptive.Variants, harness.AdaptiveVariant{Name: name, Block: block})
+		return nil
+	})
 	fs.BoolVar(&adaptive.FixedService, "adaptive-fixed-service", false, "adaptive: every W serves in --backend-service and C = W/S grows with W (default: C stays --backend-workers/--backend-service and S = W/C)")
 	fs.Float64Var(&cost.Rate, "cost-rate", 300, "cost: the fixed rate (requests/s) CPU per request is measured at")
 	fs.IntVar(&cost.Connections, "connections", 64, "cost: wrk connections for the forwarding ceiling")
