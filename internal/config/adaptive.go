@@ -31,25 +31,33 @@ type Adaptive struct {
 	Greed     limit.Greed     `yaml:"greed"`
 }
 
-// AdaptiveQueue is the adaptive limit's wait queue: a fixed depth, or when Depth is 0 a depth
-// that follows the limit (DepthPerLimit), each wait bounded by MaxWait and, when WaitPerRTT is set, by that share
-// of the no-load latency. Depth and DepthPerLimit both 0: refuse at once.
+// AdaptiveQueue is the adaptive limit's wait queue. When Depth is 0 its depth follows the limit
+// (DepthPerLimit) and each wait is bounded by MaxWait and, when WaitPerRTT is set, by that share
+// of the no-load latency; a fixed Depth is the user's own queue, bounded by MaxWait alone.
+// Depth and DepthPerLimit both 0: refuse at once.
 type AdaptiveQueue struct {
 	Depth         int64    `yaml:"depth"`
 	DepthPerLimit float64  `yaml:"depthPerLimit"`
 	MaxWait       Duration `yaml:"maxWait"`
 	WaitPerRTT    float64  `yaml:"waitPerRTT"`
-	// Order is fifo or lifo (newest first, within a priority level).
+	// Order is fifo, lifo (newest first, within a priority level), or empty: lifo for the queue
+	// that follows the limit, fifo for a fixed Depth.
 	Order string `yaml:"order"`
 }
 
+// lifo: the order asked for, else newest first for the queue that follows the limit and first
+// come first served for a fixed depth (the user's own queue, as before the share existed).
+func (q AdaptiveQueue) lifo() bool {
+	return q.Order == "lifo" || (q.Order == "" && q.Depth == 0)
+}
+
 // DefaultAdaptiveQueue is the adaptive limit's default queue: half the limit may wait, newest
-// first, each for at most a quarter of the no-load latency and never more than 50 ms. It fills a
+// first (Order empty), each for at most a quarter of the no-load latency and never more than 50 ms. It fills a
 // slot the moment it frees (without it the backend idles from a completion to the next arrival,
 // a few per cent of its capacity under overload) and adds at most a quarter of a service time to
 // an admitted request.
 func DefaultAdaptiveQueue() AdaptiveQueue {
-	return AdaptiveQueue{DepthPerLimit: 0.5, MaxWait: Duration(50e6), WaitPerRTT: 0.25, Order: "lifo"}
+	return AdaptiveQueue{DepthPerLimit: 0.5, MaxWait: Duration(50e6), WaitPerRTT: 0.25}
 }
 
 // DefaultTolerance is the adaptive limit's default tolerance: latency below 2 ms is never read as
@@ -88,7 +96,7 @@ func (a *Adaptive) core(algo limit.Algorithm, prio admission.PriorityConfig) adm
 		Algorithm: algo, InitialLimit: a.InitialLimit, MinLimit: a.MinLimit, MaxLimit: a.MaxLimit,
 		SlowStart: a.SlowStart.D(), Window: a.Window.D(), Tolerance: a.Tolerance.D(),
 		QueueDepth: a.Queue.Depth, QueuePerLimit: a.Queue.DepthPerLimit, MaxWait: a.Queue.MaxWait.D(),
-		WaitPerRTT: a.Queue.WaitPerRTT, QueueLIFO: a.Queue.Order == "lifo", Priorities: prio,
+		WaitPerRTT: a.Queue.WaitPerRTT, QueueLIFO: a.Queue.lifo(), Priorities: prio,
 	}
 }
 
@@ -110,8 +118,8 @@ func (a *Adaptive) validate(errs *Problems, path string, _ placement) {
 		algo, _ = limit.New(DefaultAlgorithm, limit.DefaultParams())
 	}
 	errs.nest(path, a.core(algo, admission.PriorityConfig{}).Validate())
-	if o := a.Queue.Order; o != "fifo" && o != "lifo" {
-		errs.add(path+".queue.order", "must be fifo or lifo, got %q", o)
+	if o := a.Queue.Order; o != "" && o != "fifo" && o != "lifo" {
+		errs.add(path+".queue.order", "must be fifo or lifo (or empty: lifo unless depth is fixed), got %q", o)
 	}
 }
 

@@ -37,16 +37,16 @@ type AdaptiveConfig struct {
 	QueueDepth int64
 	MaxWait    time.Duration
 	// QueuePerLimit sizes the queue from the limit when QueueDepth is 0 (a fixed depth wins):
-	// ceil(QueuePerLimit x limit) cost units may wait, so the queue grows and shrinks with the limit the algorithm
-	// finds. WaitPerRTT bounds each wait at WaitPerRTT x the no-load latency estimate (never
-	// beyond MaxWait, which alone applies while that estimate is unknown). Both 0: the fixed
-	// QueueDepth and MaxWait.
+	// ceil(QueuePerLimit x limit) cost units may wait, so the queue grows and shrinks with the
+	// limit the algorithm finds. WaitPerRTT bounds each wait in such a queue at WaitPerRTT x the
+	// no-load latency estimate (never beyond MaxWait, which alone applies while that estimate is
+	// unknown). A fixed QueueDepth is the user's own queue: MaxWait alone bounds its waits.
 	//
 	// Such a queue keeps the backend busy without a queue inside it: a slot that frees is taken
 	// at once by a waiter instead of staying idle until the next arrival, while the limit stays
-	// where the latency says the backend is saturated. A wait of half the no-load latency
-	// (QueuePerLimit 0.5: the waiters are served within about half a service time) is the
-	// default of the proxy's adaptive block.
+	// where the latency says the backend is saturated. Half the limit waiting, each for at most a
+	// quarter of the no-load latency (QueuePerLimit 0.5, WaitPerRTT 0.25), is the default of the
+	// proxy's adaptive block.
 	QueuePerLimit float64
 	WaitPerRTT    float64
 	// QueueLIFO serves the newest waiter first (within a priority level). Under a light overload

@@ -477,3 +477,43 @@ func TestAdaptiveQueueLIFO(t *testing.T) {
 		t.Fatalf("old %v, low %v: want the critical waiter before the newer sheddable one", old.State(), low.State())
 	}
 }
+
+// TestAdaptiveFixedQueueKeepsItsMaxWait: a fixed depth is the user's own queue: WaitPerRTT
+// shortens only the waits of the queue that follows the limit, so a learned 20 ms no-load
+// latency leaves a fixed queue's 50 ms maxWait as it is.
+func TestAdaptiveFixedQueueKeepsItsMaxWait(t *testing.T) {
+	rec := &recorder{next: func(float64, limit.Window) float64 { return 4 }}
+	core := must(admission.NewAdaptive(admission.AdaptiveConfig{
+		Algorithm: rec, InitialLimit: 4, MinLimit: 1, MaxLimit: 64, MinSamples: 4,
+		QueueDepth: 3, QueuePerLimit: 0.5, WaitPerRTT: 0.25, MaxWait: 50 * time.Millisecond,
+	}))
+	var ev admission.Events
+	now := t0
+	// Two windows of 20 ms samples: the first closes when the second begins.
+	drive(core, now, 4, 20*time.Millisecond, admission.Success)
+	drive(core, now.Add(200*time.Millisecond), 4, 20*time.Millisecond, admission.Success)
+	if len(rec.windows) == 0 || rec.windows[len(rec.windows)-1].MinRTT != 20*time.Millisecond {
+		t.Fatalf("windows %+v, want one with MinRTT 20ms", rec.windows)
+	}
+	now = now.Add(time.Second)
+	var tickets []*admission.Ticket
+	for range 8 {
+		tk := &admission.Ticket{}
+		tk.Reset(admission.Request{}, now)
+		core.Offer(now, tk, &ev)
+		tickets = append(tickets, tk)
+	}
+	w := tickets[4]
+	if w.State() != admission.Pending || tickets[6].State() != admission.Pending || tickets[7].State() != admission.Refused {
+		t.Fatalf("fifth %v, seventh %v, eighth %v: want pending, pending, refused (the fixed depth 3 wins over the share's 2)",
+			w.State(), tickets[6].State(), tickets[7].State())
+	}
+	core.Advance(now.Add(49*time.Millisecond), &ev)
+	if w.State() != admission.Pending {
+		t.Fatalf("waiter %v at 49 ms, want pending until the fixed queue's maxWait", w.State())
+	}
+	core.Advance(now.Add(50*time.Millisecond), &ev)
+	if w.State() != admission.Refused || w.Err.Reason != admission.ReasonQueueTimeout {
+		t.Fatalf("waiter %v %+v at 50 ms, want a queue timeout", w.State(), w.Err)
+	}
+}

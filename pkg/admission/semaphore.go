@@ -218,11 +218,12 @@ func (s *semaphore) queueDepth() int64 {
 	return s.depth
 }
 
-// queueWait is how long a request that queues now may wait: maxWait, or the share of the
-// no-load latency when that is known and shorter.
+// queueWait is how long a request that queues now may wait: maxWait, or in a queue that follows
+// the limit the share of the no-load latency when that is known and shorter. A fixed depth is
+// the user's own queue, bounded by maxWait alone.
 func (s *semaphore) queueWait() time.Duration {
 	w := s.maxWait
-	if s.waitPerRTT > 0 && s.adapt != nil {
+	if s.depth == 0 && s.waitPerRTT > 0 && s.adapt != nil {
 		if m := s.adapt.minRTT.Value(); m > 0 {
 			w = min(w, time.Duration(s.waitPerRTT*float64(m)))
 		}
