@@ -13,6 +13,7 @@ import (
 
 	"github.com/loadshed/loadshed/e2e/internal/cluster"
 	"github.com/loadshed/loadshed/e2e/internal/criteria"
+	"github.com/loadshed/loadshed/e2e/manifests"
 )
 
 // The Envoy row (issue 13): a pod with Envoy, loadshed as its external processor and the
@@ -22,6 +23,9 @@ const (
 	officialEnvoy = "envoyproxy/envoy:v1.40.0"
 	// envoyAdminPort is the admin port of deploy/envoy/envoy.yaml.
 	envoyAdminPort = "9902"
+	// envoyCapacityRPS is the capacity of the Envoy row's backend: 3 workers x 25 ms (see
+	// e2e/values/envoy.yaml).
+	envoyCapacityRPS = 120
 )
 
 // envoyRows is the Envoy row, unless E2E_ENVOY=0.
@@ -33,6 +37,13 @@ func (s *suite) envoyRows() []row {
 	r.name = criteria.EnvoyPrefix + criteria.EnvoyStrategy
 	r.release = release("envoy-" + criteria.EnvoyStrategy)
 	r.values = append(r.values, "envoy")
+	// 0.6 x the HTTP rows' capacity (e2e/values/envoy.yaml): Envoy's ext_proc filter and loadshed
+	// spend over a millisecond of CPU on every request, refused ones included, and at 3x of 200
+	// requests/s they and k6 filled the 2-core node (measured 0.73-0.78 C, with or without
+	// loadshed's wait queue, on the machine of 2026-11-25).
+	env := []manifests.EnvVar{{Name: "CAPACITY_RPS", Value: fmt.Sprint(envoyCapacityRPS)}}
+	r.unloaded.env = append(r.unloaded.env, env...)
+	r.overload.env = append(r.overload.env, env...)
 	r.judge = criteria.JudgeEnvoy
 	r.install = func() (set, setFiles []string) {
 		repo, tag, _ := strings.Cut(s.envoyImage, ":")
