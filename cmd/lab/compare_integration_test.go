@@ -15,26 +15,47 @@ import (
 // TestCompareLabWithLive runs the lab and the live system (backend + proxy on loopback, the
 // built-in load generator) on the same schedule at 2x for in-flight, token bucket and bounded
 // queue: the lab's acceptance must be within 5 points of live and its admitted p99 within 25%.
+// The lab models the hop with the samples of a 2 s calibration, so one stall of the machine in
+// that window (a CI run once measured the hop's p99 at capacity at 37.6 ms instead of 3.6-7.1)
+// moves the prediction: as in TestCompareNearCapacity, a row that misses is measured once more,
+// calibrated again, and both runs are logged.
 func TestCompareLabWithLive(t *testing.T) {
+	specs := lab.DefaultCompareSpecs()
+	rows := compareRows(t, []string{"compare", "--duration", "6s"})
+	if len(rows) != len(specs) {
+		t.Fatalf("%d strategies compared, want %d", len(rows), len(specs))
+	}
+	for i, cells := range rows {
+		if cells[len(cells)-1] == "yes" {
+			continue
+		}
+		t.Logf("%s missed its bounds; once more", cells[0])
+		again := compareRows(t, []string{"compare", "--duration", "6s", "--strategy", specs[i]})
+		if len(again) != 1 || again[0][0] != cells[0] {
+			t.Fatalf("once more for %s: rows %v", cells[0], again)
+		}
+		if again[0][len(again[0])-1] != "yes" {
+			t.Errorf("%s: the lab's prediction is outside the bounds twice", cells[0])
+		}
+	}
+}
+
+// compareRows runs the compare command, logs its output and returns the cells of its table's rows.
+func compareRows(t *testing.T, args []string) [][]string {
+	t.Helper()
 	var out, errw bytes.Buffer
-	if err := run(context.Background(), []string{"compare", "--duration", "6s"}, &out, &errw); err != nil {
+	if err := run(context.Background(), args, &out, &errw); err != nil {
 		t.Fatalf("%v\n%s", err, errw.String())
 	}
 	t.Logf("\n%s", out.String())
-	rows := 0
+	var rows [][]string
 	for _, line := range strings.Split(out.String(), "\n") {
 		if !strings.HasPrefix(line, "| ") || strings.HasPrefix(line, "| strategy") {
 			continue
 		}
-		rows++
-		cells := strings.Split(strings.Trim(line, "| "), " | ")
-		if cells[len(cells)-1] != "yes" {
-			t.Errorf("%s: the lab's prediction is outside the bounds: %s", cells[0], line)
-		}
+		rows = append(rows, strings.Split(strings.Trim(line, "| "), " | "))
 	}
-	if rows != 3 {
-		t.Fatalf("%d strategies compared, want 3", rows)
-	}
+	return rows
 }
 
 // TestCompareNearCapacity is a short version of the acceptance matrix (lab compare --matrix):
