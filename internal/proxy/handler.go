@@ -23,7 +23,8 @@ type handler struct {
 	// transport carries requests to the upstream.
 	transport http.RoundTripper
 	upstream  atomic.Pointer[url.URL] // the configured upstream, replaced on reload
-	draining  atomic.Bool             // answers say Connection: close
+	draining  atomic.Bool             // shutting down: answers say Connection: close
+	windows   atomic.Int32            // drain windows open (GET /drain): the same while any is
 
 	// Fixed at start (server settings).
 	maxBody     int64
@@ -48,7 +49,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if grpc {
 		door = metrics.DoorGRPC
 	}
-	if h.draining.Load() && r.ProtoMajor == 1 {
+	if (h.draining.Load() || h.windows.Load() > 0) && r.ProtoMajor == 1 {
 		// While the endpoints update, every answer closes its connection, so no idle
 		// keep-alive connection is left for a client to send on as the listener closes. (HTTP/2
 		// connections get GOAWAY when the listener closes.)

@@ -342,3 +342,74 @@ func TestGracefulShutdown(t *testing.T) {
 		t.Fatalf("Serve: %v", err)
 	}
 }
+
+// TestDrainWindow: GET /drain (a native sidecar's preStop hook, from the application container)
+// makes answers close their connections and closes idle keep-alive connections for its delay,
+// without touching readiness; the window ends with the call, and keep-alive comes back.
+func TestDrainWindow(t *testing.T) {
+	up := newUpstream(t, newValve())
+	p := serveProxy(t, proxyYAML(up, "  strategy: none"), Options{})
+	// One keep-alive connection, idle in the client's pool.
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
+	t.Cleanup(client.CloseIdleConnections)
+	closes := func() bool {
+		t.Helper()
+		res, err := client.Get("http://" + p.data + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		if res.StatusCode != 200 {
+			t.Fatalf("status %d", res.StatusCode)
+		}
+		return res.Close // the answer said Connection: close
+	}
+	if closes() {
+		t.Fatal("before the window: Connection: close")
+	}
+	held, _, _ := p.srv.conns.counts()
+	if held != 1 {
+		t.Fatalf("%d connections held, want the client's one", held)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() {
+		req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+p.admin+"/drain?delay=4m", nil)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			done <- -1
+			return
+		}
+		res.Body.Close()
+		done <- res.StatusCode
+	}()
+	until(t, "the drain window", func() bool { return p.srv.h.windows.Load() == 1 })
+	// The idle connection is closed once quiet, not left for the client to send on.
+	until(t, "the idle keep-alive connection closed", func() bool { held, _, _ := p.srv.conns.counts(); return held == 0 })
+	if !closes() {
+		t.Fatal("in the window: no Connection: close")
+	}
+	res, _ := get(t, "http://"+p.admin+"/readyz")
+	if res.StatusCode != 200 {
+		t.Fatalf("readiness %d in the window: a drain window leaves readiness alone", res.StatusCode)
+	}
+	// The window ends with its call (the hook's caller went away).
+	cancel()
+	<-done
+	until(t, "the window to end", func() bool { return p.srv.h.windows.Load() == 0 })
+	if closes() {
+		t.Fatal("after the window: Connection: close, want keep-alive")
+	}
+
+	// A zero delay answers at once; a bad one is refused, naming the parameter.
+	if res, body := get(t, "http://"+p.admin+"/drain?delay=0s"); res.StatusCode != 200 || body != "drained\n" {
+		t.Fatalf("delay=0s: %d %q", res.StatusCode, body)
+	}
+	for _, q := range []string{"", "?delay=soon", "?delay=-1s", "?delay=1h"} {
+		if res, body := get(t, "http://"+p.admin+"/drain"+q); res.StatusCode != 400 || !strings.HasPrefix(body, "delay: ") {
+			t.Errorf("/drain%s: %d %q, want 400 naming delay", q, res.StatusCode, body)
+		}
+	}
+}

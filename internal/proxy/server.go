@@ -139,7 +139,8 @@ func (s *Server) QuotaState() (metrics.QuotaState, bool) { return s.gate.QuotaSt
 // Handler returns the data-port handler (for tests that serve it themselves).
 func (s *Server) Handler() http.Handler { return s.h }
 
-// AdminHandler returns the admin handler: /metrics, /healthz, /readyz.
+// AdminHandler returns the admin handler: /metrics, /healthz, /readyz, and /drain (the
+// application's preStop hook when the proxy runs as a native sidecar).
 func (s *Server) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg, ErrorHandling: promhttp.ContinueOnError}))
@@ -153,7 +154,60 @@ func (s *Server) AdminHandler() http.Handler {
 		}
 		io.WriteString(w, "ready\n")
 	})
+	mux.HandleFunc("GET /drain", s.drainWindow)
 	return mux
+}
+
+// maxDrainWindow bounds the delay of GET /drain.
+const maxDrainWindow = 10 * time.Minute
+
+// drainWindow serves GET /drain?delay=D, the application container's preStop hook when the
+// proxy runs as a Kubernetes native sidecar. Such a sidecar gets SIGTERM only after the
+// application has exited, so without a word from the hook it would keep its clients'
+// keep-alive connections (which kube-proxy keeps routing to a terminating pod) until the
+// application is gone, and answer what arrives on them with 502. For D, answers say
+// "Connection: close" and idle keep-alive connections are closed once quiet, so clients move to
+// other pods while the endpoints update; then it answers 200 and the kubelet stops the
+// application. Readiness is left alone (a terminating pod leaves the endpoints anyway) and the
+// window ends by itself, or when the caller goes away: whoever reaches the admin port can make
+// clients reconnect for a while, nothing more.
+func (s *Server) drainWindow(w http.ResponseWriter, r *http.Request) {
+	v := r.URL.Query().Get("delay")
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 || d > maxDrainWindow {
+		http.Error(w, fmt.Sprintf("delay: %q, want a Go duration from 0s to %s, e.g. delay=5s", v, maxDrainWindow), http.StatusBadRequest)
+		return
+	}
+	s.h.windows.Add(1)
+	defer s.h.windows.Add(-1)
+	s.log.Info("drain window: answers close their connections", "delay", d)
+	s.closeIdleFor(r.Context(), d)
+	io.WriteString(w, "drained\n")
+}
+
+// closeIdleFor closes idle keep-alive connections once they have been quiet for a moment,
+// until d has passed or ctx ends.
+func (s *Server) closeIdleFor(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	quiet := min(d/4, 500*time.Millisecond)
+	tick := time.NewTicker(max(quiet/2, 10*time.Millisecond))
+	defer tick.Stop()
+	end := time.NewTimer(d)
+	defer end.Stop()
+	for {
+		select {
+		case <-tick.C:
+			if s.conns != nil {
+				s.conns.closeIdle(quiet)
+			}
+		case <-end.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // Listen opens the data and admin listeners, and those of the other doors the configuration
@@ -314,21 +368,7 @@ func (s *Server) shutdown() error {
 	s.h.draining.Store(true)
 	drain := cfg.Shutdown.DrainDelay.D()
 	s.log.Info("draining: readiness off, still serving", "drainDelay", drain)
-	if drain > 0 {
-		quiet := min(drain/4, 500*time.Millisecond)
-		tick := time.NewTicker(max(quiet/2, 10*time.Millisecond))
-		end := time.NewTimer(drain)
-	wait:
-		for {
-			select {
-			case <-tick.C:
-				s.conns.closeIdle(quiet)
-			case <-end.C:
-				break wait
-			}
-		}
-		tick.Stop()
-	}
+	s.closeIdleFor(context.Background(), drain)
 
 	grace := cfg.Shutdown.GracePeriod.D()
 	s.log.Info("closing the data listener; finishing in-flight and queued requests", "gracePeriod", grace)
