@@ -41,6 +41,12 @@ func TestBadValuesFailClearly(t *testing.T) {
 			[]string{"/prometheusRule/rules/highShedRatio/for"}},
 		{"grace period too short", []string{"--set", "terminationGracePeriodSeconds=10"},
 			[]string{"terminationGracePeriodSeconds", "drainDelay", "35"}},
+		{"grace period too short for a regular sidecar", []string{"--kube-version", "1.32.0", "--set", "terminationGracePeriodSeconds=34"},
+			[]string{"terminationGracePeriodSeconds", "drainDelay + proxy.shutdown.gracePeriod", "35"}},
+		{"grace period too short for a native sidecar", []string{"--kube-version", "1.34.0", "--set", "terminationGracePeriodSeconds=34"},
+			[]string{"terminationGracePeriodSeconds", "native sidecar", "35"}},
+		{"unknown native mode", []string{"--set", "proxy.native=yes"},
+			[]string{"/proxy/native", "auto"}},
 		{"app port clashes with the sidecar", []string{"--set", "app.port=8000"},
 			[]string{"app.port", "proxy.port"}},
 		{"unknown mode", []string{"--set", "mode=sidecar"},
@@ -89,6 +95,9 @@ func TestGoodValuesStillPass(t *testing.T) {
 		{"--set-string", "admission.boundedQueue.maxWait=1m30.5s"},
 		{"--set", "admission.adaptive.algorithm=vegas"},
 		{"--set", "terminationGracePeriodSeconds=35"},
+		{"--kube-version", "1.32.0", "--set", "terminationGracePeriodSeconds=35"},
+		{"--set", "proxy.native=false"},
+		{"--set", "proxy.native=true"},
 		{"--set-string", "prometheusRule.rules.highShedRatio.for=1h30m"},
 	} {
 		if _, err := helmRun(t, append([]string{"template", "demo", chartDir}, args...)...); err != nil {

@@ -61,20 +61,30 @@ type proxyConfigDoc struct {
 	Admission map[string]any `json:"admission"`
 }
 
+// TestRenderEveryCIValuesFile renders every example for a server before 1.33 (a regular
+// sidecar) and one after (a native sidecar).
 func TestRenderEveryCIValuesFile(t *testing.T) {
 	for strategy, file := range ciValuesFiles(t) {
-		t.Run(strategy, func(t *testing.T) {
-			m := decode(t, render(t, "-f", file))
-			checkWorkload(t, m)
+		for _, kube := range []struct {
+			version string
+			native  bool
+		}{{"1.32.0", false}, {"1.34.0", true}} {
+			t.Run(strategy+"/kube-"+kube.version, func(t *testing.T) {
+				m := decode(t, render(t, "-f", file, "--kube-version", kube.version))
+				checkWorkload(t, m)
+				if got := nativeSidecar(t, m.Deployments[0]); got != kube.native {
+					t.Errorf("Kubernetes %s: native sidecar %v, want %v", kube.version, got, kube.native)
+				}
 
-			cfg := proxyConfigOf(t, m)
-			if got := cfg.Admission["strategy"]; got != strategy {
-				t.Errorf("rendered admission.strategy = %v, want %s (from %s)", got, strategy, file)
-			}
-			checkOnlySelectedBlock(t, strategy, cfg.Admission)
-			checkGracePeriod(t, m, cfg)
-			checkProxyConfigParses(t, m, strategy)
-		})
+				cfg := proxyConfigOf(t, m)
+				if got := cfg.Admission["strategy"]; got != strategy {
+					t.Errorf("rendered admission.strategy = %v, want %s (from %s)", got, strategy, file)
+				}
+				checkOnlySelectedBlock(t, strategy, cfg.Admission)
+				checkGracePeriod(t, m, cfg)
+				checkProxyConfigParses(t, m, strategy)
+			})
+		}
 	}
 }
 
@@ -444,8 +454,11 @@ func checkHTTPProbe(t *testing.T, kind string, p *corev1.Probe, path string, c *
 	}
 }
 
-// checkGracePeriod: the pod may take drainDelay + gracePeriod to stop, and the
-// app's preStop sleep must end before the pod is killed.
+// checkGracePeriod: the pod may take as long as its shutdown needs, and the app's preStop hook
+// must end before the pod is killed. A regular sidecar drains beside the app, which sleeps
+// through drainDelay + gracePeriod. A native sidecar gets SIGTERM only after the app has
+// exited: its own drainDelay is 0 (the app's preStop, its drain hook, is the drain), and its
+// gracePeriod comes after that hook.
 func checkGracePeriod(t *testing.T, m *manifests, cfg proxyConfigDoc) {
 	t.Helper()
 	drain, err1 := time.ParseDuration(cfg.Shutdown.DrainDelay)
@@ -453,20 +466,31 @@ func checkGracePeriod(t *testing.T, m *manifests, cfg proxyConfigDoc) {
 	if err1 != nil || err2 != nil {
 		t.Fatalf("rendered shutdown durations do not parse: %v %v", err1, err2)
 	}
-	need := int64(math.Ceil((drain + grace).Seconds()))
 	pod := m.Deployments[0].Spec.Template.Spec
-	if pod.TerminationGracePeriodSeconds == nil || *pod.TerminationGracePeriodSeconds < need {
-		t.Fatalf("terminationGracePeriodSeconds %v, want at least drainDelay+gracePeriod = %ds", pod.TerminationGracePeriodSeconds, need)
+	if pod.TerminationGracePeriodSeconds == nil {
+		t.Fatal("terminationGracePeriodSeconds is not set")
 	}
-	app := container(t, m.Deployments[0], "app")
-	if app.Lifecycle != nil && app.Lifecycle.PreStop != nil && app.Lifecycle.PreStop.Sleep != nil {
-		s := app.Lifecycle.PreStop.Sleep.Seconds
-		if s < need {
-			t.Errorf("app preStop sleep %ds ends before the sidecar has drained (%ds)", s, need)
+	podGrace := *pod.TerminationGracePeriodSeconds
+	d, _ := appPreStop(t, m)
+	hold := int64(math.Ceil(d.Seconds()))
+	if nativeSidecar(t, m.Deployments[0]) {
+		if drain != 0 {
+			t.Errorf("native sidecar with drainDelay %s; it stops after the app, whose preStop hook is the drain, so want 0", drain)
 		}
-		if s >= *pod.TerminationGracePeriodSeconds {
-			t.Errorf("app preStop sleep %ds leaves the app no time to stop within terminationGracePeriodSeconds %d", s, *pod.TerminationGracePeriodSeconds)
+		if need := hold + int64(math.Ceil(grace.Seconds())); podGrace < need {
+			t.Errorf("terminationGracePeriodSeconds %d, want at least the app's preStop %ds + gracePeriod = %ds", podGrace, hold, need)
 		}
+	} else {
+		need := int64(math.Ceil((drain + grace).Seconds()))
+		if podGrace < need {
+			t.Fatalf("terminationGracePeriodSeconds %d, want at least drainDelay+gracePeriod = %ds", podGrace, need)
+		}
+		if hold > 0 && hold < need {
+			t.Errorf("app preStop sleep %ds ends before the sidecar has drained (%ds)", hold, need)
+		}
+	}
+	if hold > 0 && hold >= podGrace {
+		t.Errorf("app preStop %ds leaves the app no time to stop within terminationGracePeriodSeconds %d", hold, podGrace)
 	}
 }
 
@@ -524,15 +548,37 @@ func proxyConfigOf(t *testing.T, m *manifests) proxyConfigDoc {
 	return cfg
 }
 
+// container returns the named container of the Deployment's pods: an init container (the
+// native sidecar) or a regular one.
 func container(t *testing.T, d *appsv1.Deployment, name string) *corev1.Container {
 	t.Helper()
-	for i := range d.Spec.Template.Spec.Containers {
-		if d.Spec.Template.Spec.Containers[i].Name == name {
-			return &d.Spec.Template.Spec.Containers[i]
+	pod := &d.Spec.Template.Spec
+	for _, cs := range [][]corev1.Container{pod.InitContainers, pod.Containers} {
+		for i := range cs {
+			if cs[i].Name == name {
+				return &cs[i]
+			}
 		}
 	}
 	t.Fatalf("Deployment %s has no container %q", d.Name, name)
 	return nil
+}
+
+// nativeSidecar reports whether the Deployment runs the loadshed sidecar as a native sidecar: an
+// init container, which must then have restartPolicy Always (a plain init container would have
+// to exit before the application starts).
+func nativeSidecar(t *testing.T, d *appsv1.Deployment) bool {
+	t.Helper()
+	for _, c := range d.Spec.Template.Spec.InitContainers {
+		if c.Name != "loadshed" {
+			continue
+		}
+		if c.RestartPolicy == nil || *c.RestartPolicy != corev1.ContainerRestartPolicyAlways {
+			t.Errorf("the sidecar is an init container without restartPolicy Always (%v)", c.RestartPolicy)
+		}
+		return true
+	}
+	return false
 }
 
 func resolvePort(c *corev1.Container, p intstr.IntOrString) *corev1.ContainerPort {

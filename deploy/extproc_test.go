@@ -67,8 +67,8 @@ func TestExtProcWithEnvoyContainer(t *testing.T) {
 	d, svc := m.Deployments[0], m.Services[0]
 	pod := d.Spec.Template.Spec
 	checkRestrictedPod(t, "Deployment "+d.Name, &pod)
-	if len(pod.Containers) != 3 {
-		t.Fatalf("%d containers, want loadshed, app and envoy", len(pod.Containers))
+	if n := len(pod.InitContainers) + len(pod.Containers); n != 3 {
+		t.Fatalf("%d containers (the native sidecar among the init containers), want loadshed, app and envoy", n)
 	}
 	envoy, app, proxy := container(t, d, "envoy"), container(t, d, "app"), container(t, d, "loadshed")
 

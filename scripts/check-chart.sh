@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # check-chart.sh checks the Helm chart deploy/helm/loadshed:
-#   1. helm lint --strict and helm template with every ci/<strategy>-values.yaml;
+#   1. helm lint --strict and helm template with every ci/<strategy>-values.yaml, and lint
+#      for Kubernetes 1.32 and 1.34 (a regular and a native sidecar);
 #   2. bad values (unknown strategy, negative limit, typo'd key, ...) must FAIL,
 #      with a message naming the value;
 #   3. generated chart files (rules template, dashboard copy, README) are up to date,
@@ -38,6 +39,15 @@ for f in "${files[@]}"; do
 	fi
 	echo "check-chart: ok $f" >&2
 done
+# The sidecar is a regular container before Kubernetes 1.33 and a native sidecar (an init
+# container with restartPolicy Always) from 1.33 (proxy.native auto); lint both.
+for kv in 1.32.0 1.34.0; do
+	if out="$("$HELM" lint --strict "$chart" --kube-version "$kv" 2>&1)"; then
+		echo "check-chart: ok, lint for Kubernetes $kv" >&2
+	else
+		fail "helm lint --kube-version $kv:"$'\n'"$out"
+	fi
+done
 
 # expect_rejected DESCRIPTION TEXT HELM-ARGS...: helm template of $chart must fail and say TEXT.
 expect_rejected() {
@@ -57,6 +67,7 @@ expect_rejected "typo'd key" "'inflght' not allowed" --set admission.inflght.lim
 expect_rejected "zero rate" "at '/admission/tokenBucket/rate'" --set admission.tokenBucket.rate=0
 expect_rejected "bad duration" "at '/admission/boundedQueue/maxWait'" --set-string admission.boundedQueue.maxWait=eighty
 expect_rejected "short grace period" "terminationGracePeriodSeconds" --set terminationGracePeriodSeconds=5
+expect_rejected "unknown native mode" "at '/proxy/native'" --set proxy.native=yes
 
 # The injector's chart.
 injector=deploy/helm/loadshed-injector

@@ -33,6 +33,8 @@ func TestRun(t *testing.T) {
 		{"bad pre-stop", []string{"--pre-stop", "wait"}, deployment, 2, "", "--pre-stop"},
 		{"bad port", []string{"--sidecar-port", "70000"}, deployment, 2, "", "--sidecar-port: 70000"},
 		{"unknown strategy", []string{"--strategy", "fastest"}, deployment, 1, "", `strategy: unknown strategy "fastest"`},
+		{"drain too long for the drain hook", []string{"--drain-seconds", "601"}, deployment, 1, "", "drainSeconds: 601 is more than the 600"},
+		{"long drain in a sleep", []string{"--drain-seconds", "601", "--pre-stop", "sleep"}, deployment, 0, "seconds: 601", ""},
 		{"missing file", []string{"-f", "does-not-exist.yaml"}, "", 1, "", "reading does-not-exist.yaml"},
 		{"one object fails, nothing written", nil, deployment + "---\napiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: a, image: a}]}\n", 1, "", "Pod p: spec.containers[*].ports: no named TCP port"},
 	}

@@ -2,15 +2,32 @@ package main
 
 import (
 	"context"
+	"encoding/pem"
+	"errors"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/rest"
+
 	"github.com/loadshed/loadshed/cmd/inject/inject"
 )
+
+// discoveryOf is a discovery client of srv that authenticates with token, as in a cluster.
+func discoveryOf(t *testing.T, srv *httptest.Server, token string) *discovery.DiscoveryClient {
+	t.Helper()
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	d, err := discovery.NewDiscoveryClientForConfig(&rest.Config{Host: srv.URL, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAData: ca}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
 
 func TestServerVersion(t *testing.T) {
 	for _, tc := range []struct {
@@ -22,7 +39,7 @@ func TestServerVersion(t *testing.T) {
 		{"gitVersion", `{"major":"1","minor":"33","gitVersion":"v1.33.2"}`, 200, inject.Version{Major: 1, Minor: 33}, ""},
 		{"managed cluster", `{"major":"1","minor":"29+","gitVersion":"v1.29.8-eks-a737599"}`, 200, inject.Version{Major: 1, Minor: 29}, ""},
 		{"major and minor only", `{"major":"1","minor":"31+","gitVersion":"unknown"}`, 200, inject.Version{Major: 1, Minor: 31}, ""},
-		{"forbidden", `{}`, 403, inject.Version{}, "403 Forbidden"},
+		{"forbidden", `{}`, 403, inject.Version{}, "GET /version: 403 Forbidden"},
 		{"not JSON", `<html>`, 200, inject.Version{}, "GET /version"},
 		{"no version", `{}`, 200, inject.Version{}, "want major.minor"},
 	} {
@@ -36,8 +53,7 @@ func TestServerVersion(t *testing.T) {
 				_, _ = w.Write([]byte(tc.body))
 			}))
 			defer srv.Close()
-			api := apiServer{url: srv.URL, token: "sa-token", client: srv.Client()}
-			got, err := api.serverVersion(context.Background())
+			got, err := serverVersion(context.Background(), discoveryOf(t, srv, "sa-token"))
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("error %v, want one naming %q", err, tc.err)
@@ -64,7 +80,7 @@ func TestDiscoverVersionGivesUp(t *testing.T) {
 		http.Error(w, "down", http.StatusServiceUnavailable)
 	}))
 	defer srv.Close()
-	_, err := discoverVersion(ctx, apiServer{url: srv.URL, client: srv.Client()}, time.Millisecond)
+	_, err := discoverVersion(ctx, discoveryOf(t, srv, ""), time.Millisecond)
 	if err == nil || !strings.Contains(err.Error(), "503") || calls.Load() < 3 {
 		t.Fatalf("after %d calls: error %v, want one naming the last answer", calls.Load(), err)
 	}
@@ -72,12 +88,15 @@ func TestDiscoverVersionGivesUp(t *testing.T) {
 
 func TestInClusterNeedsTheEnvironment(t *testing.T) {
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
-	if _, err := inCluster(t.TempDir()); err == nil || !strings.Contains(err.Error(), "not in a cluster") {
-		t.Fatalf("error %v", err)
+	if _, err := inCluster(); !errors.Is(err, rest.ErrNotInCluster) {
+		t.Fatalf("error %v, want %v", err, rest.ErrNotInCluster)
+	}
+	if _, err := os.Stat("/var/run/secrets/kubernetes.io/serviceaccount/token"); err == nil {
+		t.Skip("running in a pod: it has a ServiceAccount token")
 	}
 	t.Setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
 	t.Setenv("KUBERNETES_SERVICE_PORT", "443")
-	if _, err := inCluster(t.TempDir()); err == nil || !strings.Contains(err.Error(), "token") {
+	if _, err := inCluster(); err == nil || !strings.Contains(err.Error(), "token") {
 		t.Fatalf("error %v", err)
 	}
 }

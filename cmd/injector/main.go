@@ -5,14 +5,18 @@
 // annotated loadshed.dev/inject: "false" is left alone, and loadshed.dev/strategy, /port and
 // /config override the settings for one pod. A pod it cannot inject is admitted unchanged, with
 // an admission warning and a loadshed.dev/status annotation saying why: it never refuses a pod.
+// When the reason is a problem in the pod (an invalid annotation, no port to take over) rather
+// than an opt-out, it also records a Warning event LoadshedNotInjected on the pod's controller,
+// or on the pod when it has a name and no controller (--events; see eventTarget).
 //
 //	injector --tls-cert-file tls.crt --tls-key-file tls.key --settings settings.yaml
 //
 // It serves POST /mutate and GET /healthz over HTTPS (--listen), reloading the certificate when
 // its files change, and Prometheus metrics over HTTP (--metrics-listen). The server's version
 // (native sidecar from 1.33) comes from --kube-version, or from the API server itself when that
-// is empty. On SIGTERM it fails readiness, keeps serving for --shutdown-delay while its
-// endpoints update, then stops.
+// is empty. Both the version and the events use the ServiceAccount's in-cluster configuration;
+// without one (outside a cluster) the injector records no events. On SIGTERM it fails
+// readiness, keeps serving for --shutdown-delay while its endpoints update, then stops.
 package main
 
 import (
@@ -34,6 +38,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/client-go/discovery"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
 
 	"github.com/loadshed/loadshed/cmd/inject/inject"
 	"github.com/loadshed/loadshed/internal/config"
@@ -54,6 +61,7 @@ type options struct {
 	certFile, keyFile         string
 	settingsFile, kubeVersion string
 	certPoll, shutdownDelay   time.Duration
+	events                    bool
 }
 
 func parse(args []string, stderr io.Writer) (options, error) {
@@ -67,6 +75,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.certPoll, "cert-poll-interval", 10*time.Second, "how often to look for a new certificate")
 	fs.StringVar(&o.settingsFile, "settings", "", "YAML settings of the injected sidecar (image, strategy, resources, ...); empty: defaults")
 	fs.StringVar(&o.kubeVersion, "kube-version", "", "the cluster's Kubernetes version (native sidecar from 1.33); empty asks the API server")
+	fs.BoolVar(&o.events, "events", true, "record a Warning event on the owner of a pod left without the sidecar by a problem in it (needs create and patch on events); off outside a cluster")
 	fs.DurationVar(&o.shutdownDelay, "shutdown-delay", 5*time.Second, "how long to keep serving after SIGTERM while the endpoints update")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -94,17 +103,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("--settings: %w", err)
 	}
+	var api *rest.Config
+	var apiErr error
+	if o.kubeVersion == "" || o.events {
+		api, apiErr = inCluster()
+	}
 	if o.kubeVersion != "" {
 		if s.Kube, err = inject.ParseVersion(o.kubeVersion); err != nil {
 			return fmt.Errorf("--kube-version: %w", err)
 		}
 	} else {
-		api, err := inCluster(serviceAccountDir)
+		if apiErr != nil {
+			return fmt.Errorf("the server's version (or give --kube-version): %w", apiErr)
+		}
+		d, err := discovery.NewDiscoveryClientForConfig(api)
 		if err != nil {
-			return fmt.Errorf("the server's version (or give --kube-version): %w", err)
+			return err
 		}
 		dctx, cancel := context.WithTimeout(ctx, time.Minute)
-		s.Kube, err = discoverVersion(dctx, api, 2*time.Second)
+		s.Kube, err = discoverVersion(dctx, d, 2*time.Second)
 		cancel()
 		if err != nil {
 			return err
@@ -122,7 +139,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	hook, err := newWebhook(s, config.Strategies, log, reg)
+	var hookOpts []webhookOption
+	switch {
+	case !o.events:
+		log.Info("events disabled (--events=false)")
+	case apiErr != nil:
+		log.Warn("events disabled: no API server to record them on", "err", apiErr.Error())
+	default:
+		client, err := corev1client.NewForConfig(api)
+		if err != nil {
+			return err
+		}
+		rec, stopEvents := startEvents(client, log)
+		defer stopEvents()
+		hookOpts = append(hookOpts, withEvents(rec))
+	}
+	hook, err := newWebhook(s, config.Strategies, log, reg, hookOpts...)
 	if err != nil {
 		return err
 	}

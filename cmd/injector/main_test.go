@@ -49,8 +49,9 @@ func TestRunRefusesBadSettings(t *testing.T) {
 }
 
 // TestRun: the command serves reviews over HTTPS and metrics over HTTP on loopback, and stops
-// cleanly when its context ends.
+// cleanly when its context ends. Outside a cluster it runs without events.
 func TestRun(t *testing.T) {
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
 	dir := t.TempDir()
 	c, k, x := selfSigned(t, 1)
 	writeFile(t, filepath.Join(dir, "tls.crt"), c)
@@ -59,12 +60,13 @@ func TestRun(t *testing.T) {
 	defer cancel()
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
+	var logs bytes.Buffer // read once run has returned
 	go func() {
 		done <- run(ctx, []string{
 			"--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
 			"--tls-cert-file", filepath.Join(dir, "tls.crt"), "--tls-key-file", filepath.Join(dir, "tls.key"),
 			"--kube-version", "1.32", "--shutdown-delay", "0s",
-		}, pw, io.Discard)
+		}, pw, &logs)
 		_ = pw.Close()
 	}()
 	line, err := bufio.NewReader(pr).ReadString('\n')
@@ -109,5 +111,8 @@ func TestRun(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("run after cancel: %v", err)
+	}
+	if !strings.Contains(logs.String(), `"msg":"events disabled: no API server to record them on"`) {
+		t.Errorf("no log line saying events are disabled:\n%s", logs.String())
 	}
 }

@@ -87,8 +87,8 @@ func (fs fileSettings) settings() (inject.Settings, error) {
 	if fs.SidecarPort != 0 && fs.SidecarPort == fs.AdminPort {
 		bad("adminPort", "%d is also sidecarPort", fs.AdminPort)
 	}
-	if fs.DrainSeconds < 0 {
-		bad("drainSeconds", "%d is negative", fs.DrainSeconds)
+	if fs.DrainSeconds < 0 || fs.DrainSeconds > inject.MaxDrainSeconds {
+		bad("drainSeconds", "%d, want 0 to %d (the sidecar's /drain takes at most 10m)", fs.DrainSeconds, inject.MaxDrainSeconds)
 	}
 	if fs.GraceSeconds < 0 {
 		bad("graceSeconds", "%d is negative", fs.GraceSeconds)

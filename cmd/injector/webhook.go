@@ -15,6 +15,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/loadshed/loadshed/cmd/inject/inject"
 )
@@ -28,6 +29,9 @@ const (
 	annotationGeneratedConfig = "loadshed.dev/generated-config"
 	// maxWarning keeps one admission warning short enough for kubectl to print whole.
 	maxWarning = 400
+	// maxEventMessage bounds an event's message, like the 1 KiB note of an events.k8s.io Event
+	// (the core/v1 Events the recorder writes have no limit of their own).
+	maxEventMessage = 1000
 )
 
 // Review outcomes, the result label of loadshed_injector_reviews_total.
@@ -39,15 +43,26 @@ const (
 
 // webhook answers the API server's AdmissionReviews for pods: it injects the sidecar with the
 // inject library and answers with a JSON patch. It never refuses a pod: one it cannot inject is
-// admitted as it is, with a warning and a status annotation saying why.
+// admitted as it is, with a warning and a status annotation saying why, and, withEvents, a
+// Warning event on its owner.
 type webhook struct {
 	settings   inject.Settings
 	strategies []string
 	log        *slog.Logger
 	reviews    *prometheus.CounterVec
+	events     record.EventRecorder // nil: none
 }
 
-func newWebhook(s inject.Settings, strategies []string, log *slog.Logger, reg prometheus.Registerer) (*webhook, error) {
+// webhookOption sets one of the webhook's optional collaborators.
+type webhookOption func(*webhook)
+
+// withEvents records through rec a Warning event about each pod left without the sidecar by a
+// problem in it (not one that opted out), on the object eventTarget names.
+func withEvents(rec record.EventRecorder) webhookOption {
+	return func(h *webhook) { h.events = rec }
+}
+
+func newWebhook(s inject.Settings, strategies []string, log *slog.Logger, reg prometheus.Registerer, opts ...webhookOption) (*webhook, error) {
 	h := &webhook{
 		settings:   s,
 		strategies: strategies,
@@ -56,6 +71,9 @@ func newWebhook(s inject.Settings, strategies []string, log *slog.Logger, reg pr
 			Name: "loadshed_injector_reviews_total",
 			Help: "Admission reviews answered, by result: injected (the pod got the sidecar), skipped (left alone: opted out, already injected, not a pod creation, or the injection declined it) or error (a malformed review, or a pod the injection refused; admitted unchanged).",
 		}, []string{"result"}),
+	}
+	for _, o := range opts {
+		o(h)
 	}
 	if err := reg.Register(h.reviews); err != nil {
 		return nil, err
@@ -165,6 +183,7 @@ func (h *webhook) review(req *admissionv1.AdmissionRequest) (*admissionv1.Admiss
 		setStatus(&mutated.ObjectMeta, webhookStatus{Injected: false, Error: err.Error()})
 		resp.Warnings = warnings("sidecar not injected: " + err.Error())
 		result, reason = resultError, err.Error()
+		h.eventNotInjected(req, &pod, err.Error())
 	case !res.Injected:
 		setStatus(&mutated.ObjectMeta, webhookStatus{Injected: false, Skipped: res.Skipped})
 		resp.Warnings = warnings("sidecar not injected: " + res.Skipped)
@@ -184,6 +203,18 @@ func (h *webhook) review(req *admissionv1.AdmissionRequest) (*admissionv1.Admiss
 		resp.Patch, resp.PatchType = patch, &pt
 	}
 	return resp, result, reason
+}
+
+// eventNotInjected records the Warning event about a pod left without the sidecar by a problem
+// in it, when the webhook has a recorder and the pod a target (eventTarget). The recorder only
+// queues the event: the review never waits on the events API.
+func (h *webhook) eventNotInjected(req *admissionv1.AdmissionRequest, pod *corev1.Pod, why string) {
+	if h.events == nil {
+		return
+	}
+	if target := eventTarget(req.Namespace, pod); target != nil {
+		h.events.Event(target, corev1.EventTypeWarning, reasonNotInjected, shorten("pod "+podID(req)+" created without the loadshed sidecar: "+why, maxEventMessage))
+	}
 }
 
 // webhookStatus is the status annotation of a pod the webhook left without the sidecar (an
@@ -295,11 +326,15 @@ func podID(req *admissionv1.AdmissionRequest) string {
 func warnings(msgs ...string) []string {
 	var out []string
 	for _, m := range msgs {
-		m = "loadshed: " + m
-		if r := []rune(m); len(r) > maxWarning {
-			m = string(r[:maxWarning-1]) + "…"
-		}
-		out = append(out, m)
+		out = append(out, shorten("loadshed: "+m, maxWarning))
 	}
 	return out
+}
+
+// shorten cuts s to n runes, the last one "…" when it was cut.
+func shorten(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
 }

@@ -55,8 +55,9 @@ func podFrom(data []byte) (*metav1.ObjectMeta, *corev1.PodSpec, string) {
 
 // FuzzPod: the injection never panics; a failure leaves the pod as it was; a success keeps
 // container and port names unique and valid, the application's ports and probes intact (renamed
-// where they named the port), adds exactly one sidecar on numbers no one else uses, and a
-// second injection changes nothing.
+// where they named the port), adds exactly one sidecar on numbers no one else uses, gives only
+// the application a preStop hook (with a native sidecar, the drain call to the sidecar's admin
+// port by number), and a second injection changes nothing.
 func FuzzPod(f *testing.F) {
 	f.Add([]byte{1, 1, 0, 2, 1, 3, 0, 2, 1, 1, 1})
 	f.Add([]byte{1, 1, 2, 2, 1, 1, 2, 3, 0, 0, 1, 0, 5})
@@ -74,6 +75,7 @@ func FuzzPod(f *testing.F) {
 				continue
 			}
 			check(t, before, spec, res)
+			checkPreStop(t, before, spec, res, native.Native())
 			again, againMeta := spec.DeepCopy(), meta.DeepCopy()
 			res2, err := Pod("w", againMeta, again, Settings{PortName: portName, Kube: native}, config.Strategies)
 			if err != nil || res2.Injected || !reflect.DeepEqual(again, spec) || !reflect.DeepEqual(againMeta, meta) {
@@ -167,4 +169,33 @@ func hasPort(c corev1.Container, name string) bool {
 		}
 	}
 	return false
+}
+
+// checkPreStop: with a native sidecar, only the container whose port the sidecar took over gets
+// a preStop hook, the drain call to the sidecar's admin port by number. (The regular sidecar is
+// fuzzed on 1.29, which has no sleep action: no hook.)
+func checkPreStop(t *testing.T, before, after *corev1.PodSpec, res Result, native bool) {
+	t.Helper()
+	var admin int32
+	for _, p := range sidecar(after).Ports {
+		if p.Name == AdminPortName {
+			admin = p.ContainerPort
+		}
+	}
+	for i, b := range before.Containers {
+		a := after.Containers[i]
+		if !native || !hasPort(a, res.AppPortName) {
+			if !reflect.DeepEqual(a.Lifecycle, b.Lifecycle) {
+				t.Fatalf("container %s: lifecycle %+v became %+v", b.Name, b.Lifecycle, a.Lifecycle)
+			}
+			continue
+		}
+		if a.Lifecycle == nil || a.Lifecycle.PreStop == nil {
+			t.Fatalf("native sidecar: the application %s has no preStop hook", a.Name)
+		}
+		h := a.Lifecycle.PreStop
+		if h.HTTPGet == nil || h.HTTPGet.Port != intstr.FromInt32(admin) || h.HTTPGet.Path != "/drain?delay=5s" {
+			t.Fatalf("native sidecar: the application's preStop is %+v, want GET /drain?delay=5s on port %d", h, admin)
+		}
+	}
 }

@@ -11,11 +11,15 @@
 //
 // On Kubernetes 1.33 and later the sidecar is a native sidecar (an init container with
 // restartPolicy Always): it is started and ready before the application, and gets SIGTERM only
-// after the application has exited. So the drain moves to the application: it gets a preStop
-// sleep of the drain delay (the endpoints update while it still serves), and the sidecar's own
-// drain delay is 0. Older servers only list the named ports of regular containers in
-// EndpointSlices (kubernetes#128850), so there the sidecar is a regular container that drains
-// itself.
+// after the application has exited. So the drain moves to the application's preStop hook, an
+// httpGet to the sidecar's admin port: GET /drain?delay=N makes the sidecar close its clients'
+// keep-alive connections (answers carry Connection: close) and answers after N seconds, while
+// the endpoints update; then the application stops, then the sidecar, whose own drain delay is
+// 0. A preStop sleep would not do: the sidecar, not knowing the pod stops, would keep those
+// connections open, and kube-proxy keeps routing them to the pod, so what they carry after the
+// application has exited would fail. Older servers only list the named ports of regular
+// containers in EndpointSlices (kubernetes#128850), so there the sidecar is a regular container
+// that drains itself on SIGTERM, and the application gets a preStop sleep.
 package inject
 
 import (
@@ -98,20 +102,30 @@ func (v Version) String() string { return fmt.Sprintf("%d.%d", v.Major, v.Minor)
 // (1.33 and later).
 func (v Version) Native() bool { return v.atLeast(1, 33) }
 
-// PreStop says how the application container waits for its endpoints to update.
+// PreStop says how the application container waits for its endpoints to update before it gets
+// SIGTERM.
 type PreStop string
 
 const (
-	// PreStopAuto is Kubernetes' sleep action where the server has it (1.30 and later) and
-	// nothing, with a warning, where it does not.
+	// PreStopAuto is, with a native sidecar (1.33 and later), an httpGet hook to the sidecar's
+	// admin port, GET /drain?delay=<DrainSeconds>s: the sidecar closes its clients' keep-alive
+	// connections while the endpoints update, and answers once the delay has passed. With a
+	// regular sidecar (which drains itself on SIGTERM) it is Kubernetes' sleep action where the
+	// server has it (1.30 and later) and nothing, with a warning, where it does not.
 	PreStopAuto PreStop = "auto"
-	// PreStopSleep is the sleep action.
+	// PreStopSleep is the sleep action. With a native sidecar it loses requests: the sidecar
+	// does not know the pod is stopping, keeps its clients' keep-alive connections open through
+	// the sleep, and what arrives on them after the application has exited fails with 502.
 	PreStopSleep PreStop = "sleep"
-	// PreStopExec runs `sleep N` in the application's image, which must have it.
+	// PreStopExec runs `sleep N` in the application's image, which must have it; with a native
+	// sidecar it loses keep-alive clients' requests as PreStopSleep does.
 	PreStopExec PreStop = "exec"
 	// PreStopNone adds nothing.
 	PreStopNone PreStop = "none"
 )
+
+// MaxDrainSeconds is the longest delay the sidecar's GET /drain accepts (10m).
+const MaxDrainSeconds = 600
 
 // ParsePreStop reads a PreStop.
 func ParsePreStop(s string) (PreStop, error) {
@@ -137,7 +151,8 @@ type Settings struct {
 	Port, AdminPort int32
 	// Kube is the server's version: native sidecar from 1.33.
 	Kube Version
-	// DrainSeconds is how long a stopping pod keeps serving while its endpoints update (5).
+	// DrainSeconds is how long a stopping pod keeps serving while its endpoints update (5); at
+	// most MaxDrainSeconds where it is the delay of the sidecar's drain hook.
 	DrainSeconds int64
 	// GraceSeconds is the sidecar's shutdown.gracePeriod (20).
 	GraceSeconds int64
@@ -247,6 +262,10 @@ func Pod(name string, meta *metav1.ObjectMeta, spec *corev1.PodSpec, s Settings,
 		s.ConfigMap = v
 	}
 
+	if drainHook(s) && s.DrainSeconds > MaxDrainSeconds {
+		return Result{}, &FieldError{"drainSeconds", fmt.Sprintf("%d is more than the %d the sidecar's drain hook (GET /drain?delay=) accepts", s.DrainSeconds, MaxDrainSeconds)}
+	}
+
 	ci, pi, err := appPort(spec, s.PortName)
 	if err != nil {
 		return Result{}, err
@@ -285,7 +304,7 @@ func Pod(name string, meta *metav1.ObjectMeta, spec *corev1.PodSpec, s Settings,
 	// From here on nothing fails: the template is changed only when the whole change is known.
 	app.Ports[pi].Name = r.AppPortName
 	renameProbePorts(app, port.Name, r.AppPortName)
-	r.Warnings = append(r.Warnings, addPreStop(app, s)...)
+	r.Warnings = append(r.Warnings, addPreStop(app, s, admin)...)
 	sidecar := container(s, r.PortName, r.SidecarPort, admin)
 	if s.Kube.Native() {
 		always := corev1.ContainerRestartPolicyAlways
@@ -341,7 +360,7 @@ admission:
 }
 
 // drainFor is the sidecar's own drain delay: 0 as a native sidecar (it stops after the
-// application, which drained in its preStop), the drain delay as a regular container.
+// application, whose preStop hook was the drain), the drain delay as a regular container.
 func drainFor(s Settings) int64 {
 	if s.Kube.Native() {
 		return 0
@@ -366,26 +385,51 @@ func terminationGrace(current *int64, s Settings) int64 {
 	return max(need, own)
 }
 
-func addPreStop(app *corev1.Container, s Settings) []string {
+// drainHook reports whether the application's preStop is the sidecar's drain hook.
+func drainHook(s Settings) bool { return s.Kube.Native() && s.PreStop == PreStopAuto }
+
+// drainPath is the sidecar's drain endpoint, on its admin port, for a drain of seconds.
+func drainPath(seconds int64) string { return fmt.Sprintf("/drain?delay=%ds", seconds) }
+
+// addPreStop gives the application its preStop hook (see PreStop); admin is the sidecar's admin
+// port number (a port name in a hook would resolve against the application's own ports). A hook
+// the application already has is kept.
+func addPreStop(app *corev1.Container, s Settings, admin int32) []string {
 	mode := s.PreStop
-	if mode == PreStopAuto {
+	if mode == PreStopNone {
+		return nil
+	}
+	if mode == PreStopAuto && !s.Kube.Native() {
 		mode = PreStopSleep
 		if !s.Kube.atLeast(1, 30) {
 			return []string{fmt.Sprintf("container %s: Kubernetes %s has no preStop sleep action, so the application gets no drain delay; --pre-stop exec adds `sleep %d` if its image has it", app.Name, s.Kube, s.DrainSeconds)}
 		}
 	}
-	if mode == PreStopNone {
-		return nil
-	}
 	if app.Lifecycle != nil && app.Lifecycle.PreStop != nil {
+		if own := app.Lifecycle.PreStop; mode == PreStopAuto && own.Sleep != nil && own.Exec == nil && own.HTTPGet == nil && own.TCPSocket == nil {
+			// A sleep is a wait for the endpoints to update, which is what the drain hook does
+			// too, for as long: it becomes the hook, so the sidecar closes its keep-alive
+			// connections in the meantime.
+			d := max(own.Sleep.Seconds, s.DrainSeconds)
+			if d <= MaxDrainSeconds {
+				app.Lifecycle.PreStop = &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{Path: drainPath(d), Port: intstr.FromInt32(admin)}}
+				return []string{fmt.Sprintf("container %s: its preStop sleep of %d s is now the sidecar's drain hook (GET %s on port %d), which waits as long and has the sidecar close its clients' keep-alive connections meanwhile", app.Name, own.Sleep.Seconds, drainPath(d), admin)}
+			}
+		}
+		if mode == PreStopAuto {
+			return []string{fmt.Sprintf("container %s already has a preStop hook; it is kept, so the sidecar does not drain before the application stops: it keeps clients' keep-alive connections open, and what they send after the application has exited fails. Remove the hook, or have it call http://127.0.0.1:%d%s first (it answers after the delay)", app.Name, admin, drainPath(s.DrainSeconds))}
+		}
 		return []string{fmt.Sprintf("container %s already has a preStop hook; it is kept, and should wait %d s for the endpoints to update", app.Name, s.DrainSeconds)}
 	}
 	if app.Lifecycle == nil {
 		app.Lifecycle = &corev1.Lifecycle{}
 	}
-	if mode == PreStopExec {
+	switch mode {
+	case PreStopAuto:
+		app.Lifecycle.PreStop = &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{Path: drainPath(s.DrainSeconds), Port: intstr.FromInt32(admin)}}
+	case PreStopExec:
 		app.Lifecycle.PreStop = &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"sleep", strconv.FormatInt(s.DrainSeconds, 10)}}}
-	} else {
+	default:
 		app.Lifecycle.PreStop = &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: s.DrainSeconds}}
 	}
 	return nil

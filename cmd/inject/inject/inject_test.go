@@ -2,9 +2,11 @@ package inject
 
 import (
 	"bytes"
+	"errors"
 	"flag"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -155,8 +157,8 @@ func TestWiring(t *testing.T) {
 	if got := app.LivenessProbe.TCPSocket.Port; got != intstr.FromInt32(8080) {
 		t.Errorf("liveness probe by number = %v, want it untouched", got)
 	}
-	if app.Lifecycle == nil || app.Lifecycle.PreStop == nil || app.Lifecycle.PreStop.Sleep == nil || app.Lifecycle.PreStop.Sleep.Seconds != 5 {
-		t.Errorf("want a preStop sleep of the drain delay on the application, got %+v", app.Lifecycle)
+	if want := (corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/drain?delay=5s", Port: intstr.FromInt32(9901)}}); app.Lifecycle == nil || !reflect.DeepEqual(app.Lifecycle.PreStop, &want) {
+		t.Errorf("want the application's preStop to call the sidecar's /drain for the drain delay on its admin port, got %+v", app.Lifecycle)
 	}
 	if g := *spec.TerminationGracePeriodSeconds; g != 5+30+20 {
 		t.Errorf("terminationGracePeriodSeconds = %d, want drain 5 + the app's 30 + the sidecar's 20", g)
@@ -203,7 +205,9 @@ func TestOldServerGetsARegularSidecarThatDrainsItself(t *testing.T) {
 func TestServiceByNumberNeedsTwoSteps(t *testing.T) {
 	o := Options{Settings: Settings{PortName: "http"}, RewriteServices: true}
 	first, rep := run(t, input(t, "deployment"), o)
-	if !bytes.Contains(first, []byte("targetPort: 8080")) || !slices.ContainsFunc(rep.Warnings, func(w string) bool { return strings.Contains(w, "two steps") }) {
+	if !bytes.Contains(first, []byte("targetPort: 8080")) || !slices.ContainsFunc(rep.Warnings, func(w string) bool {
+		return strings.Contains(w, "not switched") && strings.Contains(w, "run inject --rewrite-services on this output")
+	}) {
 		t.Fatalf("the injecting run must leave the Service by number and say how to switch it; warnings %q", rep.Warnings)
 	}
 	second, rep := run(t, first, o)
@@ -270,6 +274,133 @@ func TestRenamedFitsAPortName(t *testing.T) {
 		got, err := renamed(in, taken)
 		if err != nil || got != want {
 			t.Errorf("renamed(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+}
+
+// What each --pre-stop mode gives the application, with a native sidecar and a regular one, and
+// what it does with a preStop hook the application already has (kept, with a warning).
+func TestPreStopModes(t *testing.T) {
+	drain := &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/drain?delay=7s", Port: intstr.FromInt32(9901)}}
+	sleep := &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: 7}}
+	exec := &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"sleep", "7"}}}
+	own := &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"/bin/drain"}}}
+	cases := []struct {
+		name    string
+		kube    Version
+		mode    PreStop
+		has     *corev1.LifecycleHandler
+		want    *corev1.LifecycleHandler
+		warning string
+	}{
+		{"native auto", Version{1, 33}, PreStopAuto, nil, drain, ""},
+		{"native default", Version{1, 34}, "", nil, drain, ""},
+		{"native sleep", Version{1, 33}, PreStopSleep, nil, sleep, ""},
+		{"native exec", Version{1, 33}, PreStopExec, nil, exec, ""},
+		{"native none", Version{1, 33}, PreStopNone, nil, nil, ""},
+		{"native auto, own hook", Version{1, 33}, PreStopAuto, own, own, "the sidecar does not drain before the application stops"},
+		{"native auto, own sleep", Version{1, 33}, PreStopAuto, &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: 3}}, drain, "its preStop sleep of 3 s is now the sidecar's drain hook"},
+		{"native auto, own longer sleep", Version{1, 33}, PreStopAuto, &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: 12}},
+			&corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/drain?delay=12s", Port: intstr.FromInt32(9901)}}, "is now the sidecar's drain hook (GET /drain?delay=12s"},
+		{"native auto, sleep too long for the hook", Version{1, 33}, PreStopAuto, &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: 900}},
+			&corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: 900}}, "the sidecar does not drain before the application stops"},
+		{"native sleep, own sleep", Version{1, 33}, PreStopSleep, &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: 3}}, &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: 3}}, "should wait 7 s"},
+		{"native sleep, own hook", Version{1, 33}, PreStopSleep, own, own, "should wait 7 s"},
+		{"native none, own hook", Version{1, 33}, PreStopNone, own, own, ""},
+		{"regular auto", Version{1, 32}, PreStopAuto, nil, sleep, ""},
+		{"regular auto, no sleep action", Version{1, 29}, PreStopAuto, nil, nil, "no preStop sleep action"},
+		{"regular exec", Version{1, 29}, PreStopExec, nil, exec, ""},
+		{"regular none", Version{1, 32}, PreStopNone, nil, nil, ""},
+		{"regular auto, own hook", Version{1, 32}, PreStopAuto, own, own, "should wait 7 s"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			meta := &metav1.ObjectMeta{Name: "w"}
+			app := corev1.Container{Name: "app", Image: "x", Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}}
+			if c.has != nil {
+				app.Lifecycle = &corev1.Lifecycle{PreStop: c.has.DeepCopy()}
+			}
+			spec := &corev1.PodSpec{Containers: []corev1.Container{app}}
+			res, err := Pod("w", meta, spec, Settings{Kube: c.kube, PreStop: c.mode, DrainSeconds: 7}, config.Strategies)
+			if err != nil || !res.Injected {
+				t.Fatalf("not injected: %v %q", err, res.Skipped)
+			}
+			var got *corev1.LifecycleHandler
+			if l := spec.Containers[0].Lifecycle; l != nil {
+				got = l.PreStop
+			}
+			if !reflect.DeepEqual(got, c.want) {
+				t.Errorf("preStop %+v, want %+v", got, c.want)
+			}
+			warned := slices.ContainsFunc(res.Warnings, func(w string) bool { return c.warning != "" && strings.Contains(w, c.warning) })
+			if c.warning != "" && !warned {
+				t.Errorf("want a warning with %q, got %q", c.warning, res.Warnings)
+			}
+			if c.warning == "" && len(res.Warnings) > 0 {
+				t.Errorf("want no warning, got %q", res.Warnings)
+			}
+		})
+	}
+}
+
+// The drain hook calls the sidecar's admin port by number, after it moved off a port the pod
+// uses, and the warning about a hook the application already has names that port.
+func TestDrainHookFollowsTheAdminPort(t *testing.T) {
+	pod := func(own *corev1.Lifecycle) *corev1.PodSpec {
+		return &corev1.PodSpec{Containers: []corev1.Container{
+			{Name: "app", Image: "x", Lifecycle: own, Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}, {Name: "debug", ContainerPort: 9901}}},
+			{Name: "other", Image: "y"},
+		}}
+	}
+	spec := pod(nil)
+	res, err := Pod("w", &metav1.ObjectMeta{Name: "w"}, spec, Settings{PortName: "http"}, config.Strategies)
+	if err != nil || !res.Injected {
+		t.Fatalf("not injected: %v %q", err, res.Skipped)
+	}
+	if admin := sidecar(spec).Ports[1]; admin.Name != AdminPortName || admin.ContainerPort != 9902 {
+		t.Fatalf("admin port %+v, want %s on 9902 (9901 is the application's)", admin, AdminPortName)
+	}
+	want := &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/drain?delay=5s", Port: intstr.FromInt32(9902)}}
+	if got := spec.Containers[0].Lifecycle.PreStop; !reflect.DeepEqual(got, want) {
+		t.Errorf("preStop %+v, want GET /drain?delay=5s on port 9902", got)
+	}
+	if spec.Containers[1].Lifecycle != nil {
+		t.Errorf("a container that does not serve the port got a hook: %+v", spec.Containers[1].Lifecycle)
+	}
+
+	own := &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"/bin/drain"}}}}
+	spec = pod(own.DeepCopy())
+	res, err = Pod("w", &metav1.ObjectMeta{Name: "w"}, spec, Settings{PortName: "http"}, config.Strategies)
+	if err != nil || !slices.ContainsFunc(res.Warnings, func(w string) bool { return strings.Contains(w, "http://127.0.0.1:9902/drain?delay=5s") }) {
+		t.Errorf("want a warning naming the drain call on the moved admin port, got %q (err %v)", res.Warnings, err)
+	}
+	if !reflect.DeepEqual(spec.Containers[0].Lifecycle, own) {
+		t.Errorf("the application's own hook became %+v", spec.Containers[0].Lifecycle)
+	}
+}
+
+// The sidecar's /drain takes delays up to 10m; a longer drain is refused before anything changes,
+// where the hook would carry it.
+func TestDrainHookDelayBound(t *testing.T) {
+	pod := func() *corev1.PodSpec {
+		return &corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "x", Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}}}}
+	}
+	spec := pod()
+	_, err := Pod("w", &metav1.ObjectMeta{Name: "w"}, spec, Settings{DrainSeconds: MaxDrainSeconds + 1}, config.Strategies)
+	var fe *FieldError
+	if !errors.As(err, &fe) || fe.Field != "drainSeconds" {
+		t.Fatalf("drain of %d s: err %v, want a drainSeconds error", MaxDrainSeconds+1, err)
+	}
+	if !reflect.DeepEqual(spec, pod()) {
+		t.Error("the pod changed although the injection failed")
+	}
+	for _, s := range []Settings{
+		{DrainSeconds: MaxDrainSeconds},
+		{DrainSeconds: MaxDrainSeconds + 1, PreStop: PreStopSleep},
+		{DrainSeconds: MaxDrainSeconds + 1, Kube: Version{1, 32}},
+	} {
+		if _, err := Pod("w", &metav1.ObjectMeta{Name: "w"}, pod(), s, config.Strategies); err != nil {
+			t.Errorf("%+v: %v", s, err)
 		}
 	}
 }

@@ -180,9 +180,15 @@ func service(svc *corev1.Service, ws []workload, rewrite bool) (bool, []string) 
 				lines = append(lines, fmt.Sprintf("%s: targetPort %d -> %q (the sidecar)", id, w.res.AppPort, w.res.PortName))
 				continue
 			}
+			if rewrite {
+				lines = append(lines, fmt.Sprintf("%s: not switched: %s had no sidecar in the input, and switching the Service in the same apply "+
+					"would send traffic to pods that have no sidecar yet. Apply this output, wait for the rollout, then run inject --rewrite-services "+
+					"on this output (the injected manifests) and apply that.", id, w.id("")))
+				continue
+			}
 			lines = append(lines, fmt.Sprintf("%s targets %s's port by number (%d), which still reaches the application directly, past the sidecar. "+
 				"Switching it now would send traffic to pods that have no sidecar yet, so do it in two steps: "+
-				"1) apply this output and wait for the rollout; 2) run inject again with --rewrite-services and apply, "+
+				"1) apply this output and wait for the rollout; 2) run inject --rewrite-services on this output (the injected manifests) and apply that, "+
 				"so the Service targets the port by its name %q, which is the sidecar's on every pod.", id, w.id(""), w.res.AppPort, w.res.PortName))
 		}
 	}

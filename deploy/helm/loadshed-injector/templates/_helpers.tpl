@@ -91,9 +91,10 @@ The DNS names the API server uses for the webhook's Service.
 {{- end }}
 
 {{/*
-The MutatingWebhookConfiguration's name: cluster-scoped, so the release's namespace is in it.
+The name of the chart's cluster-scoped objects (the MutatingWebhookConfiguration, the events
+ClusterRole and its binding): the release's namespace is in it.
 */}}
-{{- define "loadshed-injector.webhookName" -}}
+{{- define "loadshed-injector.clusterName" -}}
 {{- printf "%s-%s" .Release.Namespace (include "loadshed-injector.fullname" .) }}
 {{- end }}
 

@@ -114,8 +114,24 @@ duration parser; values.schema.json already restricts the format.
 {{- end }}
 
 {{/*
-Seconds the sidecar may need to stop after SIGTERM: drainDelay + gracePeriod,
-rounded up.
+Whether the sidecar runs as a native sidecar (an init container with restartPolicy Always):
+"true" or empty. proxy.native auto means from Kubernetes 1.33, the first version that puts a
+native sidecar's named ports into EndpointSlices (kubernetes#128850); the constraint takes
+pre-release and vendor versions such as v1.33.1-eks-1234 too.
+*/}}
+{{- define "loadshed.native" -}}
+{{- $n := toString .Values.proxy.native }}
+{{- if eq $n "auto" }}
+{{- if semverCompare ">=1.33.0-0" .Capabilities.KubeVersion.Version }}true{{ end }}
+{{- else if eq $n "true" }}true
+{{- else if ne $n "false" }}
+{{- fail (printf "proxy.native: %q is not one of auto, true, false" $n) }}
+{{- end }}
+{{- end }}
+
+{{/*
+Seconds the sidecar may need to stop after SIGTERM as a regular container: drainDelay +
+gracePeriod, rounded up.
 */}}
 {{- define "loadshed.drainSeconds" -}}
 {{- $drain := include "loadshed.durationSeconds" .Values.proxy.shutdown.drainDelay | float64 }}
@@ -124,28 +140,63 @@ rounded up.
 {{- end }}
 
 {{/*
-terminationGracePeriodSeconds: computed from the sidecar's drain and grace
-periods plus a margin, or the configured value when it is at least that.
+terminationGracePeriodSeconds: what the shutdown needs, or the configured value when it is at
+least that. A regular sidecar drains beside the application: drainDelay + gracePeriod (rounded
+up) + the margin for the application's own shutdown. A native sidecar gets SIGTERM only after
+the application has exited: the application's preStop hook (the drain), then its own shutdown
+(the margin), then the sidecar's gracePeriod (rounded up), as cmd/inject computes it.
 */}}
 {{- define "loadshed.terminationGracePeriodSeconds" -}}
-{{- $need := add (include "loadshed.drainSeconds" . | int) (.Values.terminationGraceMarginSeconds | int) }}
+{{- $margin := .Values.terminationGraceMarginSeconds | int }}
+{{- $need := add (include "loadshed.drainSeconds" . | int) $margin }}
+{{- $sum := "proxy.shutdown.drainDelay + proxy.shutdown.gracePeriod + terminationGraceMarginSeconds" }}
+{{- $why := "pods would be killed before the sidecar drains" }}
+{{- if include "loadshed.native" . }}
+{{- $grace := include "loadshed.durationSeconds" .Values.proxy.shutdown.gracePeriod | float64 | ceil | int }}
+{{- $need = add (include "loadshed.appShutdownDelaySeconds" . | int) $margin $grace }}
+{{- $sum = "app.shutdownDelaySeconds (default proxy.shutdown.drainDelay) + terminationGraceMarginSeconds + proxy.shutdown.gracePeriod" }}
+{{- $why = "the native sidecar stops only after the application has exited, and pods would be killed before it has finished" }}
+{{- end }}
 {{- if kindIs "invalid" .Values.terminationGracePeriodSeconds }}
 {{- $need }}
 {{- else if lt (int .Values.terminationGracePeriodSeconds) (int $need) }}
-{{- fail (printf "terminationGracePeriodSeconds: %v is shorter than proxy.shutdown.drainDelay + proxy.shutdown.gracePeriod + terminationGraceMarginSeconds = %d seconds; pods would be killed before the sidecar drains" .Values.terminationGracePeriodSeconds $need) }}
+{{- fail (printf "terminationGracePeriodSeconds: %v is shorter than %s = %d seconds; %s" .Values.terminationGracePeriodSeconds $sum $need $why) }}
 {{- else }}
 {{- int .Values.terminationGracePeriodSeconds }}
 {{- end }}
 {{- end }}
 
 {{/*
-Seconds the application keeps running after the pod is told to stop.
+Seconds the application keeps running after the pod is told to stop (its preStop hook):
+app.shutdownDelaySeconds, else as a regular sidecar drainDelay + gracePeriod (it serves what
+the draining sidecar still forwards), as a native sidecar drainDelay (the drain itself: the
+sidecar stops after the application), rounded up.
 */}}
 {{- define "loadshed.appShutdownDelaySeconds" -}}
-{{- if kindIs "invalid" .Values.app.shutdownDelaySeconds }}
-{{- include "loadshed.drainSeconds" . }}
-{{- else }}
+{{- if not (kindIs "invalid" .Values.app.shutdownDelaySeconds) }}
 {{- int .Values.app.shutdownDelaySeconds }}
+{{- else if include "loadshed.native" . }}
+{{- include "loadshed.durationSeconds" .Values.proxy.shutdown.drainDelay | float64 | ceil | int }}
+{{- else }}
+{{- include "loadshed.drainSeconds" . }}
+{{- end }}
+{{- end }}
+
+{{/*
+The delay of the native sidecar's drain hook (the application's preStop GET /drain?delay=, on
+the admin port), query-escaped: app.shutdownDelaySeconds in seconds when set, else
+proxy.shutdown.drainDelay as written (a Go duration, which the sidecar parses). The sidecar takes
+at most 10m.
+*/}}
+{{- define "loadshed.drainHookDelay" -}}
+{{- $seconds := include "loadshed.appShutdownDelaySeconds" . | int }}
+{{- if gt $seconds 600 }}
+{{- fail (printf "app.shutdownDelaySeconds (default proxy.shutdown.drainDelay): %d seconds is more than the 10m the native sidecar's drain hook (GET /drain?delay=) accepts" $seconds) }}
+{{- end }}
+{{- if kindIs "invalid" .Values.app.shutdownDelaySeconds }}
+{{- toString .Values.proxy.shutdown.drainDelay | urlquery }}
+{{- else }}
+{{- printf "%ds" $seconds }}
 {{- end }}
 {{- end }}
 
@@ -185,6 +236,11 @@ strategy's block is written.
 {{- $_ := set $admission "priorities" (deepCopy .) }}
 {{- end }}
 {{- end }}
+{{- /* A native sidecar gets SIGTERM only after the application has drained (its preStop hook) and exited. */}}
+{{- $shutdown := deepCopy $p.shutdown }}
+{{- if include "loadshed.native" . }}
+{{- $_ := set $shutdown "drainDelay" "0s" }}
+{{- end }}
 {{- $cfg := dict
   "listen" (printf ":%d" (int $p.port))
   "adminListen" (printf ":%d" (int $p.adminPort))
@@ -194,7 +250,7 @@ strategy's block is written.
   "grpc" (deepCopy $p.grpc)
   "preserveHost" $p.preserveHost
   "trustForwardedHeaders" $p.trustForwardedHeaders
-  "shutdown" (deepCopy $p.shutdown)
+  "shutdown" $shutdown
   "server" (deepCopy $p.server)
   "statusCodes" (deepCopy $p.statusCodes)
   "headers" (deepCopy $p.headers)
