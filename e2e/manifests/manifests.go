@@ -1,5 +1,6 @@
 // Package manifests holds the Kubernetes manifests the e2e test applies besides the chart:
-// Prometheus (prometheus.yaml) and the k6 Job (k6-job.yaml), as text/template files.
+// Prometheus (prometheus.yaml), the k6 Job (k6-job.yaml) and a workload without loadshed for
+// the injection rows (plain-backend.yaml), as text/template files.
 package manifests
 
 import (
@@ -52,4 +53,11 @@ func Render(name string, v any) ([]byte, error) {
 		return nil, fmt.Errorf("render %s: %w", name, err)
 	}
 	return b.Bytes(), nil
+}
+
+// PlainBackend are the values plain-backend.yaml is rendered with: a Deployment of the
+// synthetic backend named Name, a Service Name that targets its port by name and a Service
+// Name-by-number that targets it by number, in Namespace, with no loadshed in them.
+type PlainBackend struct {
+	Name, Namespace, Image string
 }

@@ -121,3 +121,38 @@ func TestRenderMissingValue(t *testing.T) {
 		t.Fatal("a template with missing values rendered")
 	}
 }
+
+func TestPlainBackendManifest(t *testing.T) {
+	m, err := Render("plain-backend.yaml", PlainBackend{Name: "shop", Namespace: "ns", Image: "loadshed:e2e"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := cluster.Decode(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dep *appsv1.Deployment
+	targets := map[string]string{}
+	for _, o := range objs {
+		switch o := o.(type) {
+		case *appsv1.Deployment:
+			dep = o
+		case *corev1.Service:
+			targets[o.Name] = o.Spec.Ports[0].TargetPort.String()
+		}
+	}
+	if dep == nil || len(dep.Spec.Template.Spec.Containers) != 1 {
+		t.Fatalf("deployment %+v", dep)
+	}
+	c := dep.Spec.Template.Spec.Containers[0]
+	if len(c.Ports) != 1 || c.Ports[0].Name != "http" || c.Ports[0].ContainerPort != 8080 {
+		t.Errorf("the backend's ports %+v, want one named http on 8080 (the port injection takes over)", c.Ports)
+	}
+	if !strings.Contains(string(m), "--listen=:8080") {
+		t.Error("the backend must listen beyond loopback: the Service by number reaches it directly")
+	}
+	if targets["shop"] != "http" || targets["shop-by-number"] != "8080" {
+		t.Errorf("service targets %v, want shop by name and shop-by-number by number", targets)
+	}
+	restricted(t, dep.Spec.Template.Spec)
+}

@@ -46,6 +46,30 @@ func K6Image(ctx context.Context, r *Runner, root, k6 string) (string, error) {
 	return cachedImage(ctx, r, "loadshed-e2e-k6", filepath.Join(root, "e2e", "images", "k6.Dockerfile"), files)
 }
 
+// GoBinaries builds static (CGO_ENABLED=0) binaries of the main packages of the Go module in
+// the repository's folder module (e.g. cmd/injector, a module of its own) into dir, and returns
+// their paths by package name.
+func GoBinaries(ctx context.Context, r *Runner, root, module, dir string, pkgs ...string) (map[string]string, error) {
+	args := []string{"-C", filepath.Join(root, module), "build", "-trimpath", "-o", dir + string(filepath.Separator)}
+	if err := r.Run(ctx, []string{"CGO_ENABLED=0"}, "go", append(args, pkgs...)...); err != nil {
+		return nil, fmt.Errorf("build %s: %w", module, err)
+	}
+	out := map[string]string{}
+	for _, p := range pkgs {
+		name := filepath.Base(p)
+		if p == "." {
+			name = filepath.Base(module)
+		}
+		out[name] = filepath.Join(dir, name)
+	}
+	return out, nil
+}
+
+// InjectorImage builds (or reuses) the injector's image from its static binary.
+func InjectorImage(ctx context.Context, r *Runner, root, bin string) (string, error) {
+	return cachedImage(ctx, r, "loadshed-injector", filepath.Join(root, "e2e", "images", "injector.Dockerfile"), map[string]string{"injector": bin})
+}
+
 // PrometheusImage builds (or reuses) an image holding Debian's prometheus binary on top of
 // base, the Debian root filesystem image the offline node image build leaves behind. The
 // binary is the host's /usr/bin/prometheus when installed, else it is taken from Debian's

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"sort"
 	"strings"
 	"time"
@@ -77,13 +78,24 @@ func nodeReady(n *corev1.Node) bool {
 // CreateNamespace creates the test's namespace with the restricted Pod Security level
 // enforced, so every pod of the test (the chart's, Prometheus, k6) must meet it.
 func (k *Kube) CreateNamespace(ctx context.Context) error {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: k.NS, Labels: map[string]string{
+	return k.CreateNamespaceWith(ctx, nil)
+}
+
+// CreateNamespaceWith creates k's namespace, enforcing the restricted Pod Security Standard,
+// with more labels.
+func (k *Kube) CreateNamespaceWith(ctx context.Context, labels map[string]string) error {
+	all := map[string]string{
 		"pod-security.kubernetes.io/enforce": "restricted",
 		"pod-security.kubernetes.io/warn":    "restricted",
-	}}}
+	}
+	maps.Copy(all, labels)
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: k.NS, Labels: all}}
 	_, err := k.CS.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{})
 	return err
 }
+
+// In returns a client for another namespace on the same connection.
+func (k *Kube) In(namespace string) *Kube { return &Kube{CS: k.CS, NS: namespace} }
 
 var strictDecoder = serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
 
@@ -203,7 +215,8 @@ func (k *Kube) crashLooping(ctx context.Context, namespace string, d *appsv1.Dep
 		return nil // transient; the rollout check will ask again
 	}
 	for _, p := range pods.Items {
-		for _, cs := range p.Status.ContainerStatuses {
+		// A native sidecar (a restartable init container) reports among the init containers.
+		for _, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
 			w := cs.State.Waiting
 			if w == nil || cs.RestartCount < 2 {
 				continue

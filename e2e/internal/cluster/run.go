@@ -47,6 +47,14 @@ func (r *Runner) Run(ctx context.Context, env []string, name string, args ...str
 	return r.run(ctx, env, nil, &out, &out, name, args...)
 }
 
+// Pipe runs name with args, stdin as its standard input, and returns its standard output and
+// error (`inject ... | kubectl apply -f -` is two Pipe calls).
+func (r *Runner) Pipe(ctx context.Context, stdin []byte, name string, args ...string) (string, string, error) {
+	var stdout, stderr bytes.Buffer
+	err := r.run(ctx, nil, bytes.NewReader(stdin), &stdout, &stderr, name, args...)
+	return stdout.String(), stderr.String(), err
+}
+
 func (r *Runner) run(ctx context.Context, env []string, stdin io.Reader, stdout, stderr *bytes.Buffer, name string, args ...string) error {
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Dir = r.Dir

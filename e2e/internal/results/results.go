@@ -133,6 +133,9 @@ func (r *Results) Markdown() string {
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, row := range r.Strategies {
 		alert := "not fired"
+		if strings.HasPrefix(row.Strategy, criteria.InjectPrefix) {
+			alert = "not watched" // an injected workload is not among Prometheus's targets
+		}
 		if row.Alert.Fired {
 			alert = fmt.Sprintf("after %.0f s", row.Alert.FiredAfterS)
 			if row.Alert.Resolved {
