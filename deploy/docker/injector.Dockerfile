@@ -5,7 +5,8 @@
 #
 # cmd/injector is a module of its own (its Kubernetes libraries stay out of the sidecar's
 # build); it builds against the repository's root module and cmd/inject through replace
-# directives, so the context is the repository. Not yet built by scripts/image.sh or CI.
+# directives, so the context is the repository. Without a registry, the e2e (and so CI) builds
+# the same image from a static host build (e2e/images/injector.Dockerfile).
 
 ARG GO_IMAGE=golang:1.26-bookworm
 
