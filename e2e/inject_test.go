@@ -424,8 +424,9 @@ func (s *suite) recordInjected(o criteria.Outcome, extra []criteria.Check) {
 	}
 }
 
-// steadyUnder runs op while k6 sends half the capacity to svc in ns, and demands that no
-// request failed, that the load outlasted op, and the checks op returns.
+// steadyUnder runs op while k6 sends half the capacity to svc in ns, and demands that nothing
+// was lost to it (criteria.InjectedSteadyChecks), that the load outlasted op, and the checks op
+// returns.
 func (s *suite) steadyUnder(ctx context.Context, name, ns, svc string, op func(context.Context) ([]criteria.Check, error)) error {
 	job := "inject-steady-" + fmt.Sprint(len(s.res.Steady)+1)
 	target := manifests.EnvVar{Name: "TARGET_URL", Value: fmt.Sprintf("http://%s.%s.svc.cluster.local/", svc, ns)}
@@ -450,7 +451,7 @@ func (s *suite) steadyUnder(ctx context.Context, name, ns, svc string, op func(c
 	if err != nil {
 		return err
 	}
-	checks := append(criteria.SteadyChecks(name, sum), criteria.Check{
+	checks := append(criteria.InjectedSteadyChecks(name, sum), criteria.Check{
 		Name: name + ": load lasted past it", OK: stillRunning,
 		Detail: fmt.Sprintf("k6 still running when it was done: %v (E2E_STEADY=%s)", stillRunning, s.steady),
 	})

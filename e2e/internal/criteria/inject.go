@@ -1,6 +1,11 @@
 package criteria
 
-import "strings"
+import (
+	"fmt"
+	"strings"
+
+	"github.com/loadshed/loadshed/bench/k6summary"
+)
 
 // InjectPrefix starts the name of an injection row (issue 14): "inject/webhook" is a plain
 // workload that the injector's webhook gave the sidecar, "inject/cli" one piped through
@@ -23,4 +28,31 @@ func JudgeInjected(o Outcome, l Limits) []Check {
 		}
 	}
 	return out
+}
+
+// MaxWarmStartShed bounds the share of requests an injected (adaptive) sidecar may refuse under
+// steady load at half the capacity while its pods are replaced. A new pod starts at the adaptive
+// default's warm limit (4, a 10 s slow start), and a burst there, on a node busy starting it, is
+// refused honestly (503 with Retry-After): 0, 0, 1 and 4 of about 4000 requests in four runs.
+const MaxWarmStartShed = 0.005
+
+// InjectedSteadyChecks judges a steady run across a replacement of injected pods: nothing may be
+// lost to the replacement (no timeout, error or dropped iteration: every request answered 2xx or
+// refused), and refusals, the adaptive limit's warm start, must be rare and carry Retry-After.
+// The chart's steady rows keep SteadyChecks (no refusal at all): they run strategies that admit
+// everything at half the capacity.
+func InjectedSteadyChecks(name string, s *k6summary.Summary) []Check {
+	if s == nil {
+		return []Check{{Name: name + ": measured", OK: false, Detail: "no summary"}}
+	}
+	err := s.Usable()
+	cov := k6summary.Value(s.RetryAfterCoverage)
+	return []Check{
+		{Name: name + ": run valid", OK: err == nil, Detail: fmt.Sprint(orOK(err))},
+		{Name: name + ": nothing lost to the replacement", OK: s.Requests > 0 && s.OK+s.Shed == s.Requests && s.Timeouts == 0 && s.Unexpected == 0 && s.DroppedIterations == 0,
+			Detail: fmt.Sprintf("%d requests, %d 2xx, %d refused, timeouts %d, other %d, %d dropped iterations",
+				s.Requests, s.OK, s.Shed, s.Timeouts, s.Unexpected, s.DroppedIterations)},
+		{Name: name + ": refusals rare, with Retry-After", OK: float64(s.Shed) <= MaxWarmStartShed*float64(s.Requests) && (s.Shed == 0 || cov == 1),
+			Detail: fmt.Sprintf("%d refused of %d (at most %g), Retry-After on %s", s.Shed, s.Requests, MaxWarmStartShed, frac(cov))},
+	}
 }

@@ -158,7 +158,7 @@ func (r *Results) Markdown() string {
 		}
 	}
 	if len(r.Steady) > 0 {
-		b.WriteString("\nPods replaced under steady load below capacity (no request may fail):\n\n")
+		b.WriteString("\nPods replaced under steady load below capacity (no request may fail; in the injected rows nothing may be lost and at most 0.5% be refused with Retry-After):\n\n")
 		b.WriteString("| operation | offered rps | requests | 2xx | admitted p99 ms | verdict |\n|---|---|---|---|---|---|\n")
 		for _, s := range r.Steady {
 			fmt.Fprintf(&b, "| %s | %.0f | %d | %d | %s | %s |\n", s.Operation, s.OfferedRPS, s.Requests, s.OK, num(s.AdmittedP99Ms), verdict(s.Pass, s.Checks))
