@@ -190,3 +190,46 @@ func TestSteadyChecks(t *testing.T) {
 		t.Errorf("nil summary: failed %v", got)
 	}
 }
+
+func TestRemeasure(t *testing.T) {
+	judge := func(spoil func(o *Outcome)) []Check {
+		o := Outcome{Strategy: Adaptive, Unloaded: unloaded(), Overload: overload(), Alert: fired()}
+		spoil(&o)
+		return Judge(o, DefaultLimits())
+	}
+	cases := []struct {
+		name  string
+		spoil func(o *Outcome)
+		want  []string
+	}{
+		{"passes", func(*Outcome) {}, nil},
+		{"tail over its bounds", func(o *Outcome) { o.Overload.AdmittedMs.P99 = f(101) },
+			[]string{"admitted p99 within the SLO", "admitted p99 <= 3x unloaded p99"}},
+		{"goodput low", func(o *Outcome) { o.Overload.GoodputRatio = f(0.78) }, []string{"goodput >= 0.8 of capacity"}},
+		// A failure the node's timing cannot explain is no reason to measure again, also when
+		// timed checks failed with it.
+		{"refusals without Retry-After", func(o *Outcome) { o.Overload.RetryAfterCoverage = f(0.9) }, nil},
+		{"slow and timeouts", func(o *Outcome) { o.Overload.AdmittedMs.P99 = f(101); o.Overload.Timeouts = 3 }, nil},
+		{"alert never fired", func(o *Outcome) { o.Alert = Alert{} }, nil},
+	}
+	for _, c := range cases {
+		if got := Remeasure(judge(c.spoil)); !slices.Equal(got, c.want) {
+			t.Errorf("%s: Remeasure = %q, want %q", c.name, got, c.want)
+		}
+	}
+	// gRPC and Envoy rows keep Judge's timed checks.
+	u, s := grpcRuns()
+	s.GoodputRatio = f(0.7)
+	o := Outcome{Strategy: GRPCPrefix + Adaptive, Unloaded: u, Overload: s, Alert: fired()}
+	if got := Remeasure(JudgeGRPC(o, DefaultLimits())); !slices.Equal(got, []string{"goodput >= 0.8 of capacity"}) {
+		t.Errorf("gRPC row: Remeasure = %q", got)
+	}
+}
+
+func TestEarlierOf(t *testing.T) {
+	o := Outcome{Strategy: Adaptive, Unloaded: unloaded(), Overload: overload()}
+	e := EarlierOf(o, []string{"admitted p99 within the SLO"})
+	if *e.AdmittedP99Ms != 31 || *e.UnloadedP99Ms != 24 || *e.GoodputRatio != 0.898 || !slices.Equal(e.Missed, []string{"admitted p99 within the SLO"}) {
+		t.Errorf("EarlierOf = %+v", e)
+	}
+}

@@ -58,6 +58,8 @@ type Row struct {
 	Unexpected         int64          `json:"unexpected"`
 	Alert              criteria.Alert `json:"high_shed_alert"`
 	Attempts           int            `json:"attempts"`
+	// Earlier are attempts measured again because they missed timed checks only.
+	Earlier []criteria.Earlier `json:"earlier_attempts,omitempty"`
 	// CPU is the mean cores used during the overload by k6 and the pod's containers.
 	CPU map[string]float64 `json:"cpu_cores,omitempty"`
 	// EnvoyExtProc are the Envoy's ext_proc counters of an Envoy row, over both its runs.
@@ -85,7 +87,7 @@ type Timing struct {
 
 // NewRow builds a strategy's row from its outcome and checks.
 func NewRow(o criteria.Outcome, checks []criteria.Check) Row {
-	r := Row{Strategy: o.Strategy, Alert: o.Alert, Attempts: o.Attempts, CPU: o.CPU, EnvoyExtProc: o.EnvoyExtProc, Checks: checks, Pass: len(criteria.Failed(checks)) == 0}
+	r := Row{Strategy: o.Strategy, Alert: o.Alert, Attempts: o.Attempts, Earlier: o.Earlier, CPU: o.CPU, EnvoyExtProc: o.EnvoyExtProc, Checks: checks, Pass: len(criteria.Failed(checks)) == 0}
 	if o.Unloaded != nil {
 		r.UnloadedP99Ms = o.Unloaded.AdmittedMs.P99
 	}
@@ -148,6 +150,12 @@ func (r *Results) Markdown() string {
 			row.Strategy, row.GoodputRPS, pct(row.GoodputRatio), num(row.AdmittedP50Ms), num(row.AdmittedP99Ms), num(row.UnloadedP99Ms),
 			pctv(row.ShedShare), row.Shed429, row.Shed503, pct(row.RetryAfterCoverage), row.Timeouts, row.Unexpected, alert,
 			cores(row.CPU, "k6"), cores(row.CPU, "loadshed"), cores(row.CPU, "app"), verdict(row.Pass, row.Checks))
+	}
+	for _, row := range r.Strategies {
+		for i, e := range row.Earlier {
+			fmt.Fprintf(&b, "\nRow %s, measured again: attempt %d of %d missed %s (goodput %s of C, admitted p99 %s ms, unloaded p99 %s ms); the row shows attempt %d.\n",
+				row.Strategy, i+1, row.Attempts, strings.Join(e.Missed, "; "), pct(e.GoodputRatio), num(e.AdmittedP99Ms), num(e.UnloadedP99Ms), row.Attempts)
+		}
 	}
 	for _, row := range r.Strategies {
 		if strings.HasPrefix(row.Strategy, criteria.GRPCPrefix) {
