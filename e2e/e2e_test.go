@@ -904,60 +904,40 @@ func (s *suite) steadyReplacements(ctx context.Context) error {
 	}
 	var errs []error
 	for i, op := range ops {
-		job := fmt.Sprintf("%s-%d", rel, i+1)
 		before, err := s.kube.PodNames(ctx, selector)
 		if err != nil {
 			return err
 		}
-		if _, err := s.startK6(ctx, job, rel, "overload.js", steadyK, s.steady, "stderr"); err != nil {
-			return err
+		load := steadyLoad{
+			job: fmt.Sprintf("%s-%d", rel, i+1), rel: rel, judge: criteria.SteadyChecks,
+			// Replace the pods only once requests flow through the Service.
+			ready: func(ctx context.Context) error { return s.waitRequests(ctx, rel, 50) },
 		}
-		// Replace the pods only once requests flow through the Service.
-		if err := s.waitRequests(ctx, rel, 50); err != nil {
-			return err
-		}
-		s.logf("%s under load (pods %v)", op.name, before)
-		opStart := time.Now()
-		wctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-		err = op.do(wctx)
-		if err == nil {
-			err = s.kube.WaitRollout(wctx, namespace, service(rel))
-		}
-		if err == nil {
-			// The old pods drain before they go: the sidecar keeps serving for drainDelay (a
-			// regular container), or the application's preStop holds it in a drain window
-			// (a native sidecar, from Kubernetes 1.33).
-			err = s.kube.WaitPodsGone(wctx, before)
-		}
-		cancel()
-		if err != nil {
-			return fmt.Errorf("%s: %w", op.name, err)
-		}
-		s.logf("%s done in %.0f s", op.name, time.Since(opStart).Seconds())
-		p, err := s.kube.JobPod(ctx, job)
-		if err != nil {
-			return err
-		}
-		stillRunning := p != nil && len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].State.Running != nil
-		sum, _, err := s.finishK6(ctx, job, s.steady)
-		if err != nil {
-			return err
-		}
-		checks := criteria.SteadyChecks(op.name, sum)
-		checks = append(checks, criteria.Check{
-			Name: op.name + ": load lasted past the replacement", OK: stillRunning,
-			Detail: fmt.Sprintf("k6 still running when the old pods were gone: %v (E2E_STEADY=%s)", stillRunning, s.steady),
-		})
-		if i == 1 {
+		checks, err := s.underSteadyLoad(ctx, op.name, load, func(ctx context.Context) ([]criteria.Check, error) {
+			s.logf("%s: pods %v", op.name, before)
+			err := op.do(ctx)
+			if err == nil {
+				err = s.kube.WaitRollout(ctx, namespace, service(rel))
+			}
+			if err == nil {
+				// The old pods drain before they go: the sidecar keeps serving for drainDelay (a
+				// regular container), or the application's preStop holds it in a drain window
+				// (a native sidecar, from Kubernetes 1.33).
+				err = s.kube.WaitPodsGone(ctx, before)
+			}
+			if err != nil || i != 1 {
+				return nil, err
+			}
 			q := fmt.Sprintf(`sum(loadshed_requests_total{namespace=%q,job=%q,strategy="token-bucket"})`, namespace, rel)
 			n, err := s.prom.Sum(ctx, q)
-			checks = append(checks, criteria.Check{
+			return []criteria.Check{{
 				Name: op.name + ": the new strategy serves", OK: err == nil && n > 0,
 				Detail: fmt.Sprintf("%s = %v (%v)", q, n, err),
-			})
+			}}, nil
+		})
+		if err != nil {
+			return err
 		}
-		row := results.NewSteady(op.name, sum, checks)
-		s.res.Steady = append(s.res.Steady, row)
 		for _, c := range checks {
 			if !c.OK {
 				errs = append(errs, fmt.Errorf("%s: %s", c.Name, c.Detail))
@@ -968,6 +948,55 @@ func (s *suite) steadyReplacements(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// steadyLoad is the k6 job of an operation under steady load at half the capacity: to the
+// release rel's Service, or to target; ready, when set, is waited for before the operation
+// starts; judge judges the run.
+type steadyLoad struct {
+	job, rel string
+	target   []manifests.EnvVar
+	ready    func(context.Context) error
+	judge    func(name string, s *k6summary.Summary) []criteria.Check
+}
+
+// underSteadyLoad runs op (within 3 minutes) under load and records the row named name in the
+// results: load's judgement of the run, whether the load outlasted op, and the checks op
+// returned. It returns those checks; an error means the row could not be measured.
+func (s *suite) underSteadyLoad(ctx context.Context, name string, load steadyLoad, op func(context.Context) ([]criteria.Check, error)) ([]criteria.Check, error) {
+	if _, err := s.startK6(ctx, load.job, load.rel, "overload.js", steadyK, s.steady, "stderr", load.target...); err != nil {
+		return nil, err
+	}
+	if load.ready != nil {
+		if err := load.ready(ctx); err != nil {
+			return nil, err
+		}
+	}
+	s.logf("%s under load", name)
+	start := time.Now()
+	wctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	extra, err := op(wctx)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	s.logf("%s done in %.0f s", name, time.Since(start).Seconds())
+	p, err := s.kube.JobPod(ctx, load.job)
+	if err != nil {
+		return nil, err
+	}
+	stillRunning := p != nil && len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].State.Running != nil
+	sum, _, err := s.finishK6(ctx, load.job, s.steady)
+	if err != nil {
+		return nil, err
+	}
+	checks := append(load.judge(name, sum), criteria.Check{
+		Name: name + ": load lasted past it", OK: stillRunning,
+		Detail: fmt.Sprintf("k6 still running when it was done: %v (E2E_STEADY=%s)", stillRunning, s.steady),
+	})
+	checks = append(checks, extra...)
+	s.res.Steady = append(s.res.Steady, results.NewSteady(name, sum, checks))
+	return checks, nil
 }
 
 // waitRequests waits until the release's sidecars have counted at least n requests more than

@@ -437,35 +437,15 @@ func (s *suite) recordInjected(o criteria.Outcome, extra []criteria.Check) {
 // was lost to it (criteria.InjectedSteadyChecks), that the load outlasted op, and the checks op
 // returns.
 func (s *suite) steadyUnder(ctx context.Context, name, ns, svc string, op func(context.Context) ([]criteria.Check, error)) error {
-	job := "inject-steady-" + fmt.Sprint(len(s.res.Steady)+1)
-	target := manifests.EnvVar{Name: "TARGET_URL", Value: fmt.Sprintf("http://%s.%s.svc.cluster.local/", svc, ns)}
-	if _, err := s.startK6(ctx, job, "", "overload.js", steadyK, s.steady, "stderr", target); err != nil {
-		return err
+	load := steadyLoad{
+		job:    "inject-steady-" + fmt.Sprint(len(s.res.Steady)+1),
+		target: []manifests.EnvVar{{Name: "TARGET_URL", Value: fmt.Sprintf("http://%s.%s.svc.cluster.local/", svc, ns)}},
+		judge:  criteria.InjectedSteadyChecks,
 	}
-	s.logf("%s under load", name)
-	start := time.Now()
-	wctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-	extra, err := op(wctx)
-	cancel()
-	if err != nil {
-		return fmt.Errorf("%s: %w", name, err)
-	}
-	s.logf("%s done in %.0f s", name, time.Since(start).Seconds())
-	p, err := s.kube.JobPod(ctx, job)
+	checks, err := s.underSteadyLoad(ctx, name, load, op)
 	if err != nil {
 		return err
 	}
-	stillRunning := p != nil && len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].State.Running != nil
-	sum, _, err := s.finishK6(ctx, job, s.steady)
-	if err != nil {
-		return err
-	}
-	checks := append(criteria.InjectedSteadyChecks(name, sum), criteria.Check{
-		Name: name + ": load lasted past it", OK: stillRunning,
-		Detail: fmt.Sprintf("k6 still running when it was done: %v (E2E_STEADY=%s)", stillRunning, s.steady),
-	})
-	checks = append(checks, extra...)
-	s.res.Steady = append(s.res.Steady, results.NewSteady(name, sum, checks))
 	for _, c := range checks {
 		if !c.OK {
 			s.t.Errorf("%s: %s", c.Name, c.Detail)
@@ -478,30 +458,11 @@ func (s *suite) steadyUnder(ctx context.Context, name, ns, svc string, op func(c
 // switch to the sidecar reached its EndpointSlices).
 func waitEndpointPort(ctx context.Context, k *cluster.Kube, svc string, port int32) error {
 	return cluster.Poll(ctx, time.Second, fmt.Sprintf("endpoints of %s on port %d", svc, port), func(ctx context.Context) (bool, string, error) {
-		slices, err := k.CS.DiscoveryV1().EndpointSlices(k.NS).List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=" + svc})
+		ready, byPort, err := k.ReadyEndpoints(ctx, svc)
 		if err != nil {
 			return false, err.Error(), nil
 		}
-		ready, other := 0, []int32{}
-		for _, sl := range slices.Items {
-			ok := false
-			for _, p := range sl.Ports {
-				if p.Port != nil && *p.Port == port {
-					ok = true
-				} else if p.Port != nil {
-					other = append(other, *p.Port)
-				}
-			}
-			for _, e := range sl.Endpoints {
-				if e.Conditions.Ready != nil && *e.Conditions.Ready {
-					if !ok {
-						return false, fmt.Sprintf("ready endpoints on ports %v", other), nil
-					}
-					ready++
-				}
-			}
-		}
-		return ready > 0, fmt.Sprintf("%d ready endpoints on port %d", ready, port), nil
+		return ready > 0 && byPort[port] == ready, fmt.Sprintf("%d ready endpoints, by port %v", ready, byPort), nil
 	})
 }
 

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,7 +11,9 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 )
 
 func TestK6SummaryFromLog(t *testing.T) {
@@ -148,5 +151,35 @@ func TestRunnerRecordsAndReportsTail(t *testing.T) {
 	log, _ := os.ReadFile(r.LogFile)
 	if !strings.Contains(string(log), "echo out; echo err") || !strings.Contains(string(log), "the reason") {
 		t.Fatalf("command log lacks the commands or their output:\n%s", log)
+	}
+}
+
+func TestReadyEndpoints(t *testing.T) {
+	port := func(n int32) discoveryv1.EndpointPort { return discoveryv1.EndpointPort{Port: &n} }
+	slice := func(name string, ports []discoveryv1.EndpointPort, ready ...bool) *discoveryv1.EndpointSlice {
+		s := &discoveryv1.EndpointSlice{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: map[string]string{"kubernetes.io/service-name": "app"}},
+			Ports:      ports,
+		}
+		for _, r := range ready {
+			s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Conditions: discoveryv1.EndpointConditions{Ready: &r}})
+		}
+		return s
+	}
+	other := slice("other", []discoveryv1.EndpointPort{port(80)}, true)
+	other.Labels["kubernetes.io/service-name"] = "elsewhere"
+	k := &Kube{NS: "ns", CS: fake.NewClientset(
+		slice("a", []discoveryv1.EndpointPort{port(8080)}, true, false, true),
+		slice("b", []discoveryv1.EndpointPort{port(8080), port(9090)}, true),
+		slice("c", []discoveryv1.EndpointPort{port(9000)}, false, true),
+		slice("d", nil, false, true),
+		other,
+	)}
+	ready, byPort, err := k.ReadyEndpoints(context.Background(), "app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[int32]int{8080: 3, 9090: 1, 9000: 1}; ready != 5 || !maps.Equal(byPort, want) {
+		t.Errorf("ReadyEndpoints = %d, %v; want 5, %v", ready, byPort, want)
 	}
 }

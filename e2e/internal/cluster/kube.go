@@ -301,20 +301,37 @@ func (k *Kube) WaitPodsGone(ctx context.Context, names []string) error {
 // WaitEndpoints waits until the service has exactly n ready endpoints.
 func (k *Kube) WaitEndpoints(ctx context.Context, service string, n int) error {
 	return Poll(ctx, time.Second, fmt.Sprintf("%d ready endpoints of service %s", n, service), func(ctx context.Context) (bool, string, error) {
-		slices, err := k.CS.DiscoveryV1().EndpointSlices(k.NS).List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=" + service})
+		ready, _, err := k.ReadyEndpoints(ctx, service)
 		if err != nil {
 			return false, err.Error(), nil
 		}
-		ready := 0
-		for _, s := range slices.Items {
-			for _, e := range s.Endpoints {
-				if e.Conditions.Ready != nil && *e.Conditions.Ready {
-					ready++
-				}
-			}
-		}
 		return ready == n, fmt.Sprintf("%d ready endpoints", ready), nil
 	})
+}
+
+// ReadyEndpoints counts the ready endpoints of a Service's EndpointSlices: in all, and by each
+// port of the slice they are in.
+func (k *Kube) ReadyEndpoints(ctx context.Context, service string) (int, map[int32]int, error) {
+	slices, err := k.CS.DiscoveryV1().EndpointSlices(k.NS).List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=" + service})
+	if err != nil {
+		return 0, nil, err
+	}
+	ready, byPort := 0, map[int32]int{}
+	for _, s := range slices.Items {
+		n := 0
+		for _, e := range s.Endpoints {
+			if e.Conditions.Ready != nil && *e.Conditions.Ready {
+				n++
+			}
+		}
+		ready += n
+		for _, p := range s.Ports {
+			if p.Port != nil {
+				byPort[*p.Port] += n
+			}
+		}
+	}
+	return ready, byPort, nil
 }
 
 // ServiceAddress returns a Service's cluster IP and its ports.
