@@ -747,6 +747,11 @@ func (s *suite) measure(ctx context.Context, r row, attempt int) (criteria.Outco
 			}
 			o.Overload = r.sum
 			o.CPU = cpu.cores()
+			if lr, err := s.limitRange(ctx, rel, s.overload); err != nil {
+				s.logf("%s: adaptive limit: %v", strategy, err)
+			} else {
+				o.Limit = lr
+			}
 			if after != nil {
 				if err := after(ctx, rel, &o); err != nil {
 					return o, time.Time{}, err
@@ -781,6 +786,25 @@ func (s *suite) measure(ctx context.Context, r row, attempt int) (criteria.Outco
 			}
 		}
 	}
+}
+
+// limitRange reads the release's adaptive limit over the last d from Prometheus: its least,
+// mean and largest scraped value across the release's pods. Nil, without error, when the
+// release has no adaptive limit.
+func (s *suite) limitRange(ctx context.Context, rel string, d time.Duration) (*criteria.LimitRange, error) {
+	sel := fmt.Sprintf(`loadshed_limit{namespace=%q,job=%q,strategy="adaptive"}[%ds]`, namespace, rel, int(d.Seconds()))
+	var v [3]float64
+	for i, q := range []string{"min(min_over_time(%s))", "avg(avg_over_time(%s))", "max(max_over_time(%s))"} {
+		samples, err := s.prom.Query(ctx, fmt.Sprintf(q, sel))
+		if err != nil {
+			return nil, err
+		}
+		if len(samples) == 0 {
+			return nil, nil
+		}
+		v[i] = samples[0].Value
+	}
+	return &criteria.LimitRange{Min: v[0], Mean: v[1], Max: v[2]}, nil
 }
 
 // cpuWatch follows the CPU time of k6 and of the release pod's containers during a run, from

@@ -78,6 +78,9 @@ type Outcome struct {
 	// CPU is the mean CPU cores each container used during the overload ("k6", and the
 	// release pod's "loadshed" sidecar and "app"), from the kubelet; informational.
 	CPU map[string]float64
+	// Limit is the adaptive limit over the overload run, from Prometheus (rows whose strategy
+	// has one); informational: it tells a limit that rose from a node that stalled.
+	Limit *LimitRange
 	// EnvoyExtProc holds the pod's Envoy's ext_proc counters after the overload (Envoy rows
 	// only): streams_started, message_timeouts, failure_mode_allowed and the rest of
 	// http.<prefix>.ext_proc.*, by their last name part.
@@ -94,12 +97,21 @@ type Check struct {
 	Timed bool `json:"timed,omitempty"`
 }
 
+// LimitRange is the least, mean and largest value of the adaptive limit over a run, across the
+// Prometheus scrapes of the release's pods in it.
+type LimitRange struct {
+	Min  float64 `json:"min"`
+	Mean float64 `json:"mean"`
+	Max  float64 `json:"max"`
+}
+
 // Earlier is an attempt that was measured again because it missed timed checks only.
 type Earlier struct {
-	GoodputRatio  *float64 `json:"goodput_ratio"`
-	AdmittedP99Ms *float64 `json:"admitted_p99_ms"`
-	UnloadedP99Ms *float64 `json:"unloaded_p99_ms"`
-	Missed        []string `json:"missed"`
+	GoodputRatio  *float64    `json:"goodput_ratio"`
+	AdmittedP99Ms *float64    `json:"admitted_p99_ms"`
+	UnloadedP99Ms *float64    `json:"unloaded_p99_ms"`
+	Missed        []string    `json:"missed"`
+	Limit         *LimitRange `json:"adaptive_limit,omitempty"`
 }
 
 // Remeasure returns the failed checks when every one of them is timed, and nil otherwise (all
@@ -126,7 +138,7 @@ func Remeasure(checks []Check) []string {
 
 // EarlierOf records o as an earlier attempt that missed the named checks.
 func EarlierOf(o Outcome, missed []string) Earlier {
-	e := Earlier{Missed: missed}
+	e := Earlier{Missed: missed, Limit: o.Limit}
 	if o.Overload != nil {
 		e.GoodputRatio, e.AdmittedP99Ms = o.Overload.GoodputRatio, o.Overload.AdmittedMs.P99
 	}

@@ -227,9 +227,9 @@ func TestRemeasure(t *testing.T) {
 }
 
 func TestEarlierOf(t *testing.T) {
-	o := Outcome{Strategy: Adaptive, Unloaded: unloaded(), Overload: overload()}
+	o := Outcome{Strategy: Adaptive, Unloaded: unloaded(), Overload: overload(), Limit: &LimitRange{Min: 4, Mean: 5, Max: 7}}
 	e := EarlierOf(o, []string{"admitted p99 within the SLO"})
-	if *e.AdmittedP99Ms != 31 || *e.UnloadedP99Ms != 24 || *e.GoodputRatio != 0.898 || !slices.Equal(e.Missed, []string{"admitted p99 within the SLO"}) {
+	if *e.AdmittedP99Ms != 31 || *e.UnloadedP99Ms != 24 || *e.GoodputRatio != 0.898 || !slices.Equal(e.Missed, []string{"admitted p99 within the SLO"}) || e.Limit != o.Limit {
 		t.Errorf("EarlierOf = %+v", e)
 	}
 }

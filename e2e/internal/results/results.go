@@ -58,6 +58,8 @@ type Row struct {
 	Unexpected         int64          `json:"unexpected"`
 	Alert              criteria.Alert `json:"high_shed_alert"`
 	Attempts           int            `json:"attempts"`
+	// Limit is the adaptive limit over the overload run (rows that have one).
+	Limit *criteria.LimitRange `json:"adaptive_limit,omitempty"`
 	// Earlier are attempts measured again because they missed timed checks only.
 	Earlier []criteria.Earlier `json:"earlier_attempts,omitempty"`
 	// CPU is the mean cores used during the overload by k6 and the pod's containers.
@@ -87,7 +89,7 @@ type Timing struct {
 
 // NewRow builds a strategy's row from its outcome and checks.
 func NewRow(o criteria.Outcome, checks []criteria.Check) Row {
-	r := Row{Strategy: o.Strategy, Alert: o.Alert, Attempts: o.Attempts, Earlier: o.Earlier, CPU: o.CPU, EnvoyExtProc: o.EnvoyExtProc, Checks: checks, Pass: len(criteria.Failed(checks)) == 0}
+	r := Row{Strategy: o.Strategy, Alert: o.Alert, Attempts: o.Attempts, Earlier: o.Earlier, Limit: o.Limit, CPU: o.CPU, EnvoyExtProc: o.EnvoyExtProc, Checks: checks, Pass: len(criteria.Failed(checks)) == 0}
 	if o.Unloaded != nil {
 		r.UnloadedP99Ms = o.Unloaded.AdmittedMs.P99
 	}
@@ -151,10 +153,23 @@ func (r *Results) Markdown() string {
 			pctv(row.ShedShare), row.Shed429, row.Shed503, pct(row.RetryAfterCoverage), row.Timeouts, row.Unexpected, alert,
 			cores(row.CPU, "k6"), cores(row.CPU, "loadshed"), cores(row.CPU, "app"), verdict(row.Pass, row.Checks))
 	}
+	var limits []string
+	for _, row := range r.Strategies {
+		if row.Limit != nil {
+			limits = append(limits, row.Strategy+" "+limitRange(row.Limit))
+		}
+	}
+	if len(limits) > 0 {
+		fmt.Fprintf(&b, "\nAdaptive limit over the overload (min / mean / max of Prometheus's scrapes): %s.\n", strings.Join(limits, ", "))
+	}
 	for _, row := range r.Strategies {
 		for i, e := range row.Earlier {
-			fmt.Fprintf(&b, "\nRow %s, measured again: attempt %d of %d missed %s (goodput %s of C, admitted p99 %s ms, unloaded p99 %s ms); the row shows attempt %d.\n",
-				row.Strategy, i+1, row.Attempts, strings.Join(e.Missed, "; "), pct(e.GoodputRatio), num(e.AdmittedP99Ms), num(e.UnloadedP99Ms), row.Attempts)
+			limit := ""
+			if e.Limit != nil {
+				limit = ", adaptive limit " + limitRange(e.Limit)
+			}
+			fmt.Fprintf(&b, "\nRow %s, measured again: attempt %d of %d missed %s (goodput %s of C, admitted p99 %s ms, unloaded p99 %s ms%s); the row shows attempt %d.\n",
+				row.Strategy, i+1, row.Attempts, strings.Join(e.Missed, "; "), pct(e.GoodputRatio), num(e.AdmittedP99Ms), num(e.UnloadedP99Ms), limit, row.Attempts)
 		}
 	}
 	for _, row := range r.Strategies {
@@ -235,3 +250,7 @@ func cores(m map[string]float64, name string) string {
 }
 
 func pctv(v float64) string { return fmt.Sprintf("%.0f%%", v*100) }
+
+func limitRange(l *criteria.LimitRange) string {
+	return fmt.Sprintf("%.1f / %.1f / %.1f", l.Min, l.Mean, l.Max)
+}

@@ -23,13 +23,15 @@ func sample() *Results {
 	}
 	un := &k6summary.Summary{Script: "smoke", Valid: true, Requests: 500, OK: 500, AdmittedMs: k6summary.Latency{P99: f(24.2)}}
 	good := criteria.Outcome{Strategy: criteria.Inflight, Unloaded: un, Overload: over, Attempts: 2,
-		Earlier: []criteria.Earlier{{GoodputRatio: f(0.78), AdmittedP99Ms: f(96.2), UnloadedP99Ms: f(26.8), Missed: []string{"goodput >= 0.8 of capacity"}}},
-		CPU:     map[string]float64{"k6": 0.61, "loadshed": 0.23, "app": 0.05},
-		Alert:   criteria.Alert{Fired: true, FiredAfterS: 11.2, Resolved: true, ResolvedAfterS: 23.8}}
+		Earlier: []criteria.Earlier{{GoodputRatio: f(0.78), AdmittedP99Ms: f(96.2), UnloadedP99Ms: f(26.8), Missed: []string{"goodput >= 0.8 of capacity"},
+			Limit: &criteria.LimitRange{Min: 4, Mean: 6.25, Max: 9}}},
+		Limit: &criteria.LimitRange{Min: 4, Mean: 4.56, Max: 5.5},
+		CPU:   map[string]float64{"k6": 0.61, "loadshed": 0.23, "app": 0.05},
+		Alert: criteria.Alert{Fired: true, FiredAfterS: 11.2, Resolved: true, ResolvedAfterS: 23.8}}
 	bad := good
 	bad.Strategy = criteria.Adaptive
 	bad.Alert = criteria.Alert{}
-	bad.Attempts, bad.Earlier = 1, nil
+	bad.Attempts, bad.Earlier, bad.Limit = 1, nil, nil
 	steady := &k6summary.Summary{Script: "overload", Valid: true, OfferedRPS: 100, Requests: 4000, OK: 4000, AdmittedMs: k6summary.Latency{P99: f(27)}}
 	return &Results{
 		Command: "scripts/e2e.sh", Started: time.Date(2026, 11, 22, 3, 0, 0, 0, time.UTC), NodeImage: "kind-offline/node:v1.34.4",
@@ -52,7 +54,8 @@ func TestMarkdown(t *testing.T) {
 		"not fired | 0.61 / 0.23 / 0.05 | FAIL: high-shed alert fires during the overload; high-shed alert resolves after the overload |",
 		"| kubectl rollout restart | 100 | 4000 | 4000 | 27.0 | pass (2 checks) |",
 		"Timings: cluster 48 s, total 612 s.",
-		"Row inflight, measured again: attempt 1 of 2 missed goodput >= 0.8 of capacity (goodput 78% of C, admitted p99 96.2 ms, unloaded p99 26.8 ms); the row shows attempt 2.",
+		"Row inflight, measured again: attempt 1 of 2 missed goodput >= 0.8 of capacity (goodput 78% of C, admitted p99 96.2 ms, unloaded p99 26.8 ms, adaptive limit 4.0 / 6.2 / 9.0); the row shows attempt 2.",
+		"Adaptive limit over the overload (min / mean / max of Prometheus's scrapes): inflight 4.0 / 4.6 / 5.5.\n",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md)
