@@ -49,10 +49,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if grpc {
 		door = metrics.DoorGRPC
 	}
-	if (h.draining.Load() || h.windows.Load() > 0) && r.ProtoMajor == 1 {
+	if h.draining.Load() || h.windows.Load() > 0 {
 		// While the endpoints update, every answer closes its connection, so no idle
-		// keep-alive connection is left for a client to send on as the listener closes. (HTTP/2
-		// connections get GOAWAY when the listener closes.)
+		// keep-alive connection is left for a client to send on as the listener closes. Over
+		// HTTP/2 net/http turns the header into GOAWAY: the connection's other streams finish,
+		// and the client (a gRPC channel too) opens a new connection for its next request
+		// instead of waiting for the listener to close after the application has gone.
 		w.Header().Set("Connection", "close")
 	}
 	if r.Method == http.MethodConnect {

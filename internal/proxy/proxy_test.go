@@ -413,3 +413,71 @@ func TestDrainWindow(t *testing.T) {
 		}
 	}
 }
+
+// TestDrainWindowHTTP2: in a drain window an HTTP/2 client (a gRPC channel works the same way)
+// is told to move by GOAWAY after each answer, rather than keeping its connection until the
+// listener closes after the application has exited; outside the window it keeps one.
+func TestDrainWindowHTTP2(t *testing.T) {
+	up := newUpstream(t, newValve())
+	p := serveProxy(t, proxyYAML(up, "  strategy: none"), Options{})
+	var dials atomic.Int32
+	tr := &http.Transport{Protocols: new(http.Protocols)}
+	tr.Protocols.SetUnencryptedHTTP2(true) // h2c with prior knowledge, as gRPC clients speak it
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dials.Add(1)
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}
+	t.Cleanup(tr.CloseIdleConnections)
+	client := &http.Client{Transport: tr}
+	call := func() {
+		t.Helper()
+		res, err := client.Get("http://" + p.data + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		if res.StatusCode != 200 || res.ProtoMajor != 2 {
+			t.Fatalf("%s %d, want HTTP/2 200", res.Proto, res.StatusCode)
+		}
+	}
+	for range 3 {
+		call()
+	}
+	if n := dials.Load(); n != 1 {
+		t.Fatalf("%d connections for 3 calls before the window, want 1", n)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+p.admin+"/drain?delay=4m", nil)
+		if res, err := http.DefaultClient.Do(req); err == nil {
+			res.Body.Close()
+		}
+	}()
+	until(t, "the drain window", func() bool { return p.srv.h.windows.Load() == 1 })
+	// Every answer sends GOAWAY on its connection. A call the client sends before it has read
+	// the GOAWAY is still served there, so a connection carries at most two: six calls need at
+	// least three connections (the window's first call still uses the one from before).
+	before := dials.Load()
+	for range 6 {
+		call()
+	}
+	if n := dials.Load() - before; n < 3 {
+		t.Errorf("%d new connections for 6 calls in the window, want at least 3 (GOAWAY after each answer)", n)
+	}
+	// The connections told to go are closed by the proxy, not left open.
+	until(t, "the told connections closed", func() bool { held, _, _ := p.srv.conns.counts(); return held <= 1 })
+	cancel()
+	<-done
+	until(t, "the window to end", func() bool { return p.srv.h.windows.Load() == 0 })
+	before = dials.Load()
+	for range 3 {
+		call()
+	}
+	if n := dials.Load() - before; n > 1 {
+		t.Errorf("%d new connections for 3 calls after the window, want at most 1 (kept alive again)", n)
+	}
+}

@@ -13,13 +13,14 @@
 // restartPolicy Always): it is started and ready before the application, and gets SIGTERM only
 // after the application has exited. So the drain moves to the application's preStop hook, an
 // httpGet to the sidecar's admin port: GET /drain?delay=N makes the sidecar close its clients'
-// keep-alive connections (answers carry Connection: close) and answers after N seconds, while
-// the endpoints update; then the application stops, then the sidecar, whose own drain delay is
-// 0. A preStop sleep would not do: the sidecar, not knowing the pod stops, would keep those
-// connections open, and kube-proxy keeps routing them to the pod, so what they carry after the
-// application has exited would fail. Older servers only list the named ports of regular
-// containers in EndpointSlices (kubernetes#128850), so there the sidecar is a regular container
-// that drains itself on SIGTERM, and the application gets a preStop sleep.
+// keep-alive connections (answers carry Connection: close, GOAWAY over HTTP/2) and answers
+// after N seconds, while the endpoints update; then the application stops, then the sidecar,
+// whose own drain delay is 0. A preStop sleep would not do: the sidecar, not knowing the pod
+// stops, would keep those connections open, and kube-proxy keeps routing them to the pod, so
+// what they carry after the application has exited would fail. Older servers only list the
+// named ports of regular containers in EndpointSlices (kubernetes#128850), so there the sidecar
+// is a regular container that drains itself on SIGTERM, and the application gets a preStop
+// sleep.
 package inject
 
 import (
