@@ -264,12 +264,9 @@ func TestKind(t *testing.T) {
 				// says nothing about the strategy, and one that missed only goodput or latency
 				// bounds may have met a stall of the node: measure again on a fresh release,
 				// once its alert has cleared.
-				why, e := again(o, r.judge, judgeLimits(outcomes))
+				why := again(o, r.judge, judgeLimits(outcomes), &earlier)
 				if why == "" {
 					return nil
-				}
-				if e != nil {
-					earlier = append(earlier, *e)
 				}
 				s.logf("%s: %s; measuring again", name, why)
 				if o.Alert.Fired {
@@ -556,21 +553,21 @@ func judgeLimits(outcomes []criteria.Outcome) criteria.Limits {
 }
 
 // again says why a measured row is to be measured once more, or "" when its run stands: k6 did
-// not keep its schedule, or the row missed timed checks only (criteria.Remeasure), which then
-// come back as an earlier attempt for the report. The alert's resolution is judged after the
-// row's run, so here it counts as met.
-func again(o criteria.Outcome, judge func(criteria.Outcome, criteria.Limits) []criteria.Check, l criteria.Limits) (string, *criteria.Earlier) {
+// not keep its schedule, or the row missed timed checks only (criteria.Remeasure), which are
+// then appended to earlier for the report. The alert's resolution is judged after the row's
+// run, so here it counts as met.
+func again(o criteria.Outcome, judge func(criteria.Outcome, criteria.Limits) []criteria.Check, l criteria.Limits, earlier *[]criteria.Earlier) string {
 	if err := criteria.Usable(o); err != nil {
-		return err.Error(), nil
+		return err.Error()
 	}
 	probe := o
 	probe.Alert.Resolved = true
 	missed := criteria.Remeasure(judge(probe, l))
 	if len(missed) == 0 {
-		return "", nil
+		return ""
 	}
-	e := criteria.EarlierOf(o, missed)
-	return "missed only timed checks (" + strings.Join(missed, "; ") + ")", &e
+	*earlier = append(*earlier, criteria.EarlierOf(o, missed))
+	return "missed only timed checks (" + strings.Join(missed, "; ") + ")"
 }
 
 // steadyRelease is the release whose pods are replaced under steady load.

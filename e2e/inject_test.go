@@ -411,12 +411,9 @@ func (s *suite) measureInjected(ctx context.Context, name, ns string) (criteria.
 		if attempt == maxAttempts {
 			return o, nil
 		}
-		why, e := again(o, criteria.JudgeInjected, criteria.DefaultLimits())
+		why := again(o, criteria.JudgeInjected, criteria.DefaultLimits(), &earlier)
 		if why == "" {
 			return o, nil
-		}
-		if e != nil {
-			earlier = append(earlier, *e)
 		}
 		s.logf("%s: %s; measuring again", name, why)
 	}

@@ -261,17 +261,24 @@ func Judge(o Outcome, l Limits) []Check {
 // SteadyChecks judges a run at steady load below capacity during which pods were replaced:
 // no request may fail in any way (refused, timed out, errored or dropped).
 func SteadyChecks(name string, s *k6summary.Summary) []Check {
+	checks := steadyRun(name, s)
+	if s == nil {
+		return checks
+	}
+	failures := s.Requests - s.OK
+	return append(checks, Check{Name: name + ": no failed request", OK: s.Requests > 0 && failures == 0 && s.DroppedIterations == 0,
+		Detail: fmt.Sprintf("%d requests, %d not 2xx (shed %d, timeouts %d, other %d), %d dropped iterations",
+			s.Requests, failures, s.Shed, s.Timeouts, s.Unexpected, s.DroppedIterations)})
+}
+
+// steadyRun is the first check of every steady-load row: "measured" failed when there is no
+// summary, else whether the run is valid.
+func steadyRun(name string, s *k6summary.Summary) []Check {
 	if s == nil {
 		return []Check{{Name: name + ": measured", OK: false, Detail: "no summary"}}
 	}
 	err := s.Usable()
-	failures := s.Requests - s.OK
-	return []Check{
-		{Name: name + ": run valid", OK: err == nil, Detail: fmt.Sprint(orOK(err))},
-		{Name: name + ": no failed request", OK: s.Requests > 0 && failures == 0 && s.DroppedIterations == 0,
-			Detail: fmt.Sprintf("%d requests, %d not 2xx (shed %d, timeouts %d, other %d), %d dropped iterations",
-				s.Requests, failures, s.Shed, s.Timeouts, s.Unexpected, s.DroppedIterations)},
-	}
+	return []Check{{Name: name + ": run valid", OK: err == nil, Detail: fmt.Sprint(orOK(err))}}
 }
 
 func orOK(err error) any {

@@ -42,17 +42,16 @@ const MaxWarmStartShed = 0.005
 // The chart's steady rows keep SteadyChecks (no refusal at all): they run strategies that admit
 // everything at half the capacity.
 func InjectedSteadyChecks(name string, s *k6summary.Summary) []Check {
+	checks := steadyRun(name, s)
 	if s == nil {
-		return []Check{{Name: name + ": measured", OK: false, Detail: "no summary"}}
+		return checks
 	}
-	err := s.Usable()
 	cov := k6summary.Value(s.RetryAfterCoverage)
-	return []Check{
-		{Name: name + ": run valid", OK: err == nil, Detail: fmt.Sprint(orOK(err))},
+	return append(checks, []Check{
 		{Name: name + ": nothing lost to the replacement", OK: s.Requests > 0 && s.OK+s.Shed == s.Requests && s.Timeouts == 0 && s.Unexpected == 0 && s.DroppedIterations == 0,
 			Detail: fmt.Sprintf("%d requests, %d 2xx, %d refused, timeouts %d, other %d, %d dropped iterations",
 				s.Requests, s.OK, s.Shed, s.Timeouts, s.Unexpected, s.DroppedIterations)},
 		{Name: name + ": refusals rare, with Retry-After", OK: float64(s.Shed) <= MaxWarmStartShed*float64(s.Requests) && (s.Shed == 0 || cov == 1),
 			Detail: fmt.Sprintf("%d refused of %d (at most %g), Retry-After on %s", s.Shed, s.Requests, MaxWarmStartShed, frac(cov))},
-	}
+	}...)
 }
