@@ -354,16 +354,7 @@ func TestDrainWindow(t *testing.T) {
 	t.Cleanup(client.CloseIdleConnections)
 	closes := func() bool {
 		t.Helper()
-		res, err := client.Get("http://" + p.data + "/")
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, res.Body)
-		res.Body.Close()
-		if res.StatusCode != 200 {
-			t.Fatalf("status %d", res.StatusCode)
-		}
-		return res.Close // the answer said Connection: close
+		return getOK(t, client, "http://"+p.data+"/").Close // the answer said Connection: close
 	}
 	if closes() {
 		t.Fatal("before the window: Connection: close")
@@ -373,19 +364,7 @@ func TestDrainWindow(t *testing.T) {
 		t.Fatalf("%d connections held, want the client's one", held)
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan int, 1)
-	go func() {
-		req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+p.admin+"/drain?delay=4m", nil)
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			done <- -1
-			return
-		}
-		res.Body.Close()
-		done <- res.StatusCode
-	}()
-	until(t, "the drain window", func() bool { return p.srv.h.windows.Load() == 1 })
+	endWindow := openDrainWindow(t, p)
 	// The idle connection is closed once quiet, not left for the client to send on.
 	until(t, "the idle keep-alive connection closed", func() bool { held, _, _ := p.srv.conns.counts(); return held == 0 })
 	if !closes() {
@@ -396,9 +375,7 @@ func TestDrainWindow(t *testing.T) {
 		t.Fatalf("readiness %d in the window: a drain window leaves readiness alone", res.StatusCode)
 	}
 	// The window ends with its call (the hook's caller went away).
-	cancel()
-	<-done
-	until(t, "the window to end", func() bool { return p.srv.h.windows.Load() == 0 })
+	endWindow()
 	if closes() {
 		t.Fatal("after the window: Connection: close, want keep-alive")
 	}
@@ -431,14 +408,8 @@ func TestDrainWindowHTTP2(t *testing.T) {
 	client := &http.Client{Transport: tr}
 	call := func() {
 		t.Helper()
-		res, err := client.Get("http://" + p.data + "/")
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, res.Body)
-		res.Body.Close()
-		if res.StatusCode != 200 || res.ProtoMajor != 2 {
-			t.Fatalf("%s %d, want HTTP/2 200", res.Proto, res.StatusCode)
+		if res := getOK(t, client, "http://"+p.data+"/"); res.ProtoMajor != 2 {
+			t.Fatalf("%s, want HTTP/2", res.Proto)
 		}
 	}
 	for range 3 {
@@ -448,16 +419,7 @@ func TestDrainWindowHTTP2(t *testing.T) {
 		t.Fatalf("%d connections for 3 calls before the window, want 1", n)
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+p.admin+"/drain?delay=4m", nil)
-		if res, err := http.DefaultClient.Do(req); err == nil {
-			res.Body.Close()
-		}
-	}()
-	until(t, "the drain window", func() bool { return p.srv.h.windows.Load() == 1 })
+	endWindow := openDrainWindow(t, p)
 	// Every answer sends GOAWAY on its connection. A call the client sends before it has read
 	// the GOAWAY is still served there, so a connection carries at most two: six calls need at
 	// least three connections (the window's first call still uses the one from before).
@@ -470,9 +432,7 @@ func TestDrainWindowHTTP2(t *testing.T) {
 	}
 	// The connections told to go are closed by the proxy, not left open.
 	until(t, "the told connections closed", func() bool { held, _, _ := p.srv.conns.counts(); return held <= 1 })
-	cancel()
-	<-done
-	until(t, "the window to end", func() bool { return p.srv.h.windows.Load() == 0 })
+	endWindow()
 	before = dials.Load()
 	for range 3 {
 		call()
@@ -480,4 +440,44 @@ func TestDrainWindowHTTP2(t *testing.T) {
 	if n := dials.Load() - before; n > 1 {
 		t.Errorf("%d new connections for 3 calls after the window, want at most 1 (kept alive again)", n)
 	}
+}
+
+// openDrainWindow calls GET /drain?delay=4m on p's admin port, as a native sidecar's preStop
+// hook does, and waits until the window is open. The returned func ends the window by leaving
+// the call (the hook's caller going away) and waits until it has ended.
+func openDrainWindow(t *testing.T, p *running) (end func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+p.admin+"/drain?delay=4m", nil)
+		if res, err := http.DefaultClient.Do(req); err == nil {
+			res.Body.Close()
+		}
+	}()
+	until(t, "the drain window", func() bool { return p.srv.h.windows.Load() == 1 })
+	return func() {
+		t.Helper()
+		cancel()
+		<-done
+		until(t, "the window to end", func() bool { return p.srv.h.windows.Load() == 0 })
+	}
+}
+
+// getOK GETs url with client, reads the answer's body to its end, and fails the test unless the
+// status is 200.
+func getOK(t *testing.T, client *http.Client, url string) *http.Response {
+	t.Helper()
+	res, err := client.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 {
+		t.Fatalf("%s: status %d, want 200", url, res.StatusCode)
+	}
+	return res
 }
