@@ -1,12 +1,14 @@
 package proxy
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"net"
 	"net/http"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -40,6 +42,8 @@ type trackedConn struct {
 	src       netip.Addr
 	once      sync.Once
 	idleSince time.Time // zero while it carries a request (under t.mu)
+	// h2 is set by the first HTTP/2 request on the connection (markHTTP2).
+	h2 atomic.Bool
 }
 
 // CloseWrite half-closes the connection when the underlying one can (net/http sends its last
@@ -185,15 +189,22 @@ func (t *connTracker) connState(c net.Conn, s http.ConnState) {
 	}
 }
 
-// closeIdle closes the connections that have been idle for at least quiet: while the proxy
-// drains, a connection its client is not using is closed before the listener closes, when no
-// request is likely to be on its way on it.
+// closeIdle closes the HTTP/1 connections that have been idle for at least quiet: while the
+// proxy drains, a connection its client is not using is closed before the listener closes, when
+// no request is likely to be on its way on it.
+//
+// Idle HTTP/2 connections are left open. Closing one says nothing to its client, and a stream
+// it sends as the connection closes fails with no sign of whether it was served, which a client
+// may not retry. HTTP/2 has the word for it: the next answer on such a connection in the drain
+// sends GOAWAY (it carries Connection: close), and the data server's Shutdown sends GOAWAY to
+// every HTTP/2 connection, after which its client opens no new stream there and retries, on
+// another connection, any stream the proxy says it never took.
 func (t *connTracker) closeIdle(quiet time.Duration) {
 	now := time.Now()
 	var idle []*trackedConn
 	t.mu.Lock()
 	for c := range t.conns {
-		if !c.idleSince.IsZero() && now.Sub(c.idleSince) >= quiet {
+		if !c.idleSince.IsZero() && now.Sub(c.idleSince) >= quiet && !c.h2.Load() {
 			idle = append(idle, c)
 		}
 	}
@@ -209,6 +220,24 @@ func (t *connTracker) counts() (held, rejected, evicted int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return len(t.conns), t.rejected, t.evicted
+}
+
+// connKey is the context key under which connContext keeps a request's connection.
+type connKey struct{}
+
+// connContext is the http.Server's ConnContext hook: requests on the connection can find it.
+func connContext(ctx context.Context, c net.Conn) context.Context {
+	if tc := unwrapConn(c); tc != nil {
+		return context.WithValue(ctx, connKey{}, tc)
+	}
+	return ctx
+}
+
+// markHTTP2 records that the connection of r, an HTTP/2 request, speaks HTTP/2.
+func markHTTP2(r *http.Request) {
+	if tc, _ := r.Context().Value(connKey{}).(*trackedConn); tc != nil && !tc.h2.Load() {
+		tc.h2.Store(true)
+	}
 }
 
 func unwrapConn(c net.Conn) *trackedConn {

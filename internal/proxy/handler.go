@@ -49,6 +49,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if grpc {
 		door = metrics.DoorGRPC
 	}
+	if r.ProtoMajor == 2 {
+		markHTTP2(r) // a drain leaves it to GOAWAY (connTracker.closeIdle)
+	}
 	if h.draining.Load() || h.windows.Load() > 0 {
 		// While the endpoints update, every answer closes its connection, so no idle
 		// keep-alive connection is left for a client to send on as the listener closes. Over

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +17,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 )
 
 // valve is an upstream whose requests block until released, so tests control concurrency
@@ -439,6 +442,149 @@ func TestDrainWindowHTTP2(t *testing.T) {
 	}
 	if n := dials.Load() - before; n > 1 {
 		t.Errorf("%d new connections for 3 calls after the window, want at most 1 (kept alive again)", n)
+	}
+}
+
+// TestDrainLeavesIdleHTTP2ToGoaway: while draining, idle HTTP/1 keep-alive connections are
+// closed once quiet, but an idle HTTP/2 connection is not cut without a word: its client could
+// be sending a stream on it at that moment and could not tell whether it was served. It stays
+// usable, and the shutdown that follows the drain delay tells its client with GOAWAY.
+func TestDrainLeavesIdleHTTP2ToGoaway(t *testing.T) {
+	up := newUpstream(t, newValve())
+	p := serveProxy(t, proxyYAML(up, "  strategy: none", "shutdown: {drainDelay: 300ms, gracePeriod: 1s}"), Options{})
+
+	// What one drain tick does, on one idle connection of each protocol.
+	h1 := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
+	t.Cleanup(h1.CloseIdleConnections)
+	var h2dials atomic.Int32
+	tr := &http.Transport{Protocols: new(http.Protocols)}
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		h2dials.Add(1)
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}
+	t.Cleanup(tr.CloseIdleConnections)
+	h2 := &http.Client{Transport: tr}
+	getOK(t, h1, "http://"+p.data+"/")
+	getOK(t, h2, "http://"+p.data+"/")
+	idle := func() (h1n, h2n int) {
+		p.srv.conns.mu.Lock()
+		defer p.srv.conns.mu.Unlock()
+		for c := range p.srv.conns.conns {
+			switch {
+			case c.idleSince.IsZero():
+			case c.h2.Load():
+				h2n++
+			default:
+				h1n++
+			}
+		}
+		return h1n, h2n
+	}
+	until(t, "both connections idle", func() bool { a, b := idle(); return a == 1 && b == 1 })
+	p.srv.conns.closeIdle(0)
+	until(t, "the idle HTTP/1 connection closed", func() bool { held, _, _ := p.srv.conns.counts(); return held <= 1 })
+	if a, b := idle(); a != 0 || b != 1 {
+		t.Fatalf("after a drain tick: %d idle HTTP/1 and %d idle HTTP/2 connections, want 0 and 1", a, b)
+	}
+	getOK(t, h2, "http://"+p.data+"/")
+	if n := h2dials.Load(); n != 1 {
+		t.Fatalf("the HTTP/2 client dialled %d times, want 1: its idle connection was closed", n)
+	}
+	tr.CloseIdleConnections()
+
+	// The whole shutdown, seen from a raw HTTP/2 connection left idle through the drain delay:
+	// its first word from the proxy after the answer is GOAWAY, not the connection's end.
+	c := dialH2(t, p.data)
+	c.get(t, 1)
+	until(t, "the raw connection idle", func() bool { _, b := idle(); return b == 1 })
+	p.shutdown()
+	for {
+		f, err := c.fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("the connection ended (%v) without GOAWAY", err)
+		}
+		if g, ok := f.(*http2.GoAwayFrame); ok {
+			if g.ErrCode != http2.ErrCodeNo || g.LastStreamID != 1 {
+				t.Fatalf("GOAWAY %v, last stream %d; want NO_ERROR after stream 1", g.ErrCode, g.LastStreamID)
+			}
+			break
+		}
+	}
+	if err := p.wait(); err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+}
+
+// rawH2 is an HTTP/2 client connection spoken frame by frame (h2c with prior knowledge).
+type rawH2 struct {
+	conn net.Conn
+	fr   *http2.Framer
+}
+
+func dialH2(t *testing.T, addr string) *rawH2 {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	conn.SetDeadline(time.Now().Add(30 * time.Second)) // a hung read fails the test, not the run
+	if _, err := io.WriteString(conn, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(conn, conn)
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	return &rawH2{conn: conn, fr: fr}
+}
+
+// get sends GET / on stream id and reads frames until its answer has ended with status 200.
+func (c *rawH2) get(t *testing.T, id uint32) {
+	t.Helper()
+	var block bytes.Buffer
+	enc := hpack.NewEncoder(&block)
+	for _, f := range []hpack.HeaderField{{Name: ":method", Value: "GET"}, {Name: ":scheme", Value: "http"},
+		{Name: ":authority", Value: "proxy"}, {Name: ":path", Value: "/"}} {
+		enc.WriteField(f)
+	}
+	if err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block.Bytes(), EndStream: true, EndHeaders: true}); err != nil {
+		t.Fatal(err)
+	}
+	dec := hpack.NewDecoder(4096, nil)
+	status := ""
+	for {
+		f, err := c.fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("stream %d: %v", id, err)
+		}
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			if !f.IsAck() {
+				c.fr.WriteSettingsAck()
+			}
+		case *http2.HeadersFrame:
+			if f.StreamID == id {
+				fields, err := dec.DecodeFull(f.HeaderBlockFragment())
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, hf := range fields {
+					if hf.Name == ":status" {
+						status = hf.Value
+					}
+				}
+			}
+		case *http2.GoAwayFrame:
+			t.Fatalf("stream %d: GOAWAY %v", id, f.ErrCode)
+		}
+		if f.Header().StreamID == id && f.Header().Flags.Has(http2.FlagDataEndStream) {
+			break
+		}
+	}
+	if status != "200" {
+		t.Fatalf("stream %d: status %q, want 200", id, status)
 	}
 }
 

@@ -282,6 +282,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		IdleTimeout:       cfg.Server.IdleTimeout.D(),
 		MaxHeaderBytes:    cfg.Server.MaxHeaderBytes, // also HTTP/2's header list size
 		ConnState:         s.conns.connState,
+		ConnContext:       connContext,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 		HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: cfg.Server.HTTP2.MaxConcurrentStreams},
 		Protocols:         dataProtocols(s.certs != nil),

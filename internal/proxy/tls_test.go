@@ -139,6 +139,35 @@ func TestTLSServesHTTP2ByALPNAndRotatesItsCertificate(t *testing.T) {
 	t.Logf("%d requests across the certificate rotation, none failed", sent.Load())
 }
 
+// TestTLSIdleHTTP2LeftToGoaway: an HTTP/2 connection negotiated by ALPN is known as one, so a
+// drain leaves it open when idle, as it does one with prior knowledge (TestDrainLeavesIdleHTTP2ToGoaway).
+func TestTLSIdleHTTP2LeftToGoaway(t *testing.T) {
+	dir := t.TempDir()
+	writeCert(t, dir, 1)
+	up := newUpstream(t, newValve())
+	p := serveProxy(t, proxyYAML(up, "  strategy: none", "shutdown: {drainDelay: 0s, gracePeriod: 1s}",
+		"tls: {certFile: "+filepath.Join(dir, "cert.pem")+", keyFile: "+filepath.Join(dir, "key.pem")+"}"), Options{})
+	tr := &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, Protocols: new(http.Protocols)} // the test's own certificate
+	tr.Protocols.SetHTTP2(true)
+	t.Cleanup(tr.CloseIdleConnections)
+	if res := getOK(t, &http.Client{Transport: tr}, "https://"+p.data+"/"); res.ProtoMajor != 2 {
+		t.Fatalf("%s, want HTTP/2", res.Proto)
+	}
+	idle := func() bool {
+		p.srv.conns.mu.Lock()
+		defer p.srv.conns.mu.Unlock()
+		for c := range p.srv.conns.conns {
+			return !c.idleSince.IsZero()
+		}
+		return false
+	}
+	until(t, "the connection idle", idle)
+	p.srv.conns.closeIdle(0)
+	if held, _, _ := p.srv.conns.counts(); held != 1 {
+		t.Fatalf("%d connections held after a drain tick, want the idle HTTP/2 one", held)
+	}
+}
+
 // TestWebSocketUpgrade: a WebSocket upgrade goes through (101, both directions), its permit goes
 // back at the upgrade, and it is never a latency sample.
 func TestWebSocketUpgrade(t *testing.T) {
