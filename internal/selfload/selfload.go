@@ -9,9 +9,13 @@
 // /sched/latencies:seconds: how long runnable goroutines waited to run) and the container's CPU
 // throttling (cgroup cpu.stat), once per tick:
 //
-//   - Delay is the sidecar's own delay per request: the mean scheduling latency of the tick
-//     times the hand-offs on a request's path that wait for it (Hops). The gate takes it off
-//     each upstream latency sample, so the adaptive limit judges the upstream alone.
+//   - Delay is the sidecar's own delay per request: the waits for the CPU on a request's path
+//     (Hops), each the tick's mean scheduling latency, except the wait of the goroutine that the
+//     upstream's answer wakes: that one is measured by a probe (a byte through a pipe every
+//     Tick/5, and the time until the goroutine reading it runs), because the scheduling latency
+//     misses the time a ready connection waits for the network poller, which on a saturated
+//     core is as long again. The gate takes the delay off each upstream latency sample, so the
+//     adaptive limit judges the upstream alone.
 //   - Saturated reports a delay of SaturatedAbove or more, or a throttled share of the tick's
 //     CFS periods of a tenth or more (a gauge and an alert rule show it).
 //   - Shed is the share of new requests to refuse at the door (503, reason sidecar_overload)
@@ -43,8 +47,10 @@ import (
 const Tick = 100 * time.Millisecond
 
 // Hops is the number of waits for the CPU on a forwarded request's path between its forwarding
-// and its response headers: the transport's writer, its reader and the request's own goroutine
-// are each woken once.
+// and its response headers, at most: through net/http's Transport its writer, its reader and the
+// request's own goroutine are each woken once, and the reader's wake-up is the answer's I/O.
+// (The proxy's own HTTP/1.1 client has only the I/O wake-up: for its exchanges the delay is
+// overestimated, which errs towards not shrinking the limit while the sidecar is saturated.)
 const Hops = 3
 
 // Config tunes the monitor.
@@ -64,6 +70,10 @@ type Readings struct {
 	// (the runtime samples a share of goroutine wake-ups).
 	SchedMean, SchedP99 time.Duration
 	Wakeups             uint64
+	// IOWait is the mean wait of the tick's I/O probes (0 with none): from a byte written to
+	// the goroutine reading it running.
+	IOWait time.Duration
+	Probes uint64
 	// Throttled is the share of the tick's CFS periods in which the container was throttled
 	// (0 without a CPU limit), ThrottledTime the time it spent throttled.
 	Throttled     float64
@@ -87,6 +97,8 @@ type Source struct {
 	CPUTime func() time.Duration
 	Now     func() time.Time
 	Procs   func() int
+	// IOWait returns the I/O probes' cumulative wait and count (nil: a probe that Run starts).
+	IOWait func() (total time.Duration, n uint64)
 }
 
 // Monitor holds the sidecar's self-load estimate. Its accessors are safe for concurrent use and
@@ -108,6 +120,10 @@ type Monitor struct {
 	prevUsed                  time.Duration
 	prevAt                    time.Time
 	smoothed                  float64
+	prevIO                    time.Duration
+	prevProbes                uint64
+
+	probe *ioProbe // the default IOWait source, run by Run
 }
 
 // New returns a monitor reading src (zero fields: the Go runtime and this process's cgroup).
@@ -130,7 +146,12 @@ func New(cfg Config, src Source) *Monitor {
 	if src.Procs == nil {
 		src.Procs = func() int { return runtime.GOMAXPROCS(0) }
 	}
-	m := &Monitor{cfg: cfg, src: src}
+	var probe *ioProbe
+	if src.IOWait == nil {
+		probe = &ioProbe{}
+		src.IOWait = probe.read
+	}
+	m := &Monitor{cfg: cfg, src: src, probe: probe}
 	m.last.Store(&Readings{})
 	m.prevCounts, _ = src.Sched()
 	m.prevCounts = append([]uint64(nil), m.prevCounts...)
@@ -138,6 +159,7 @@ func New(cfg Config, src Source) *Monitor {
 		m.prevPeriods, m.prevThrottle, m.prevThrottledTime, m.havePrevCPU = p, t, tt, true
 	}
 	m.prevUsed, m.prevAt = src.CPUTime(), src.Now()
+	m.prevIO, m.prevProbes = src.IOWait()
 	return m
 }
 
@@ -165,6 +187,9 @@ func (m *Monitor) Last() Readings { return *m.last.Load() }
 
 // Run ticks every interval until ctx ends.
 func (m *Monitor) Run(ctx context.Context, every time.Duration) {
+	if m.probe != nil {
+		go m.probe.run(ctx, every/5)
+	}
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -200,8 +225,20 @@ func (m *Monitor) Tick() Readings {
 		r.SchedMean = seconds(sum / float64(n))
 		r.SchedP99 = seconds(quantile(delta, bounds, n, 0.99))
 	}
+	ioTotal, probes := m.src.IOWait()
+	if probes > m.prevProbes {
+		r.Probes = probes - m.prevProbes
+		r.IOWait = (ioTotal - m.prevIO) / time.Duration(r.Probes)
+	}
+	m.prevIO, m.prevProbes = ioTotal, probes
+	// The answer's wake-up: measured when a probe came through in the tick, else taken as one
+	// more scheduling wait.
+	answer := r.SchedMean
+	if r.Probes > 0 {
+		answer = r.IOWait
+	}
 	// Smooth over about two ticks: one busy tick (a GC cycle) is not saturation.
-	m.smoothed = 0.5*m.smoothed + 0.5*float64(Hops)*float64(r.SchedMean)
+	m.smoothed = 0.5*m.smoothed + 0.5*(float64(Hops-1)*float64(r.SchedMean)+float64(answer))
 	r.Delay = time.Duration(m.smoothed)
 
 	if p, t, tt, ok := m.src.CPUStat(); ok {
@@ -237,6 +274,61 @@ func (m *Monitor) Tick() Readings {
 	m.sat.Store(r.Saturated)
 	m.last.Store(&r)
 	return r
+}
+
+// ioProbe measures the wait a goroutine woken by I/O has before it runs, as the goroutine that
+// reads an upstream's answer has: a byte is written to a pipe, and the goroutine blocked reading
+// it notes how long it took to run. On an idle core that is microseconds; on a saturated one it
+// includes the time until the scheduler next polls the network, which the scheduling-latency
+// histogram does not count.
+type ioProbe struct {
+	total atomic.Int64 // nanoseconds
+	n     atomic.Uint64
+}
+
+func (p *ioProbe) read() (time.Duration, uint64) {
+	return time.Duration(p.total.Load()), p.n.Load()
+}
+
+// run sends a probe every interval (while none is on its way) until ctx ends.
+func (p *ioProbe) run(ctx context.Context, every time.Duration) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return // no probe: the delay falls back to scheduling latencies alone
+	}
+	base := time.Now()
+	var sent atomic.Int64 // since base, when the pending probe was written; 0: none pending
+	go func() {
+		defer r.Close()
+		var b [1]byte
+		for {
+			if _, err := r.Read(b[:]); err != nil {
+				return // the writer closed: ctx ended
+			}
+			if at := sent.Swap(0); at != 0 {
+				p.total.Add(int64(time.Since(base)) - at)
+				p.n.Add(1)
+			}
+		}
+	}()
+	defer w.Close()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	one := []byte{0}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if sent.Load() != 0 {
+				continue // the last one has not been read yet: it is still being measured
+			}
+			sent.Store(max(int64(time.Since(base)), 1))
+			if _, err := w.Write(one); err != nil {
+				return
+			}
+		}
+	}
 }
 
 // busyToShed is how much of its CPU the process must be using for its delay to be its own doing.

@@ -1,6 +1,7 @@
 package selfload
 
 import (
+	"context"
 	"math"
 	"os"
 	"path/filepath"
@@ -177,4 +178,54 @@ func TestRuntimeSourceReadsAHistogram(t *testing.T) {
 	if r := m.Tick(); r.Delay < 0 || r.Shed != 0 {
 		t.Fatalf("%+v", r)
 	}
+}
+
+// TestTheAnswersWakeUpIsMeasuredByTheProbe: when I/O probes came through in a tick, the wait of
+// the goroutine the upstream's answer wakes is their mean, in place of one scheduling wait.
+func TestTheAnswersWakeUpIsMeasuredByTheProbe(t *testing.T) {
+	sched := newFakeSched()
+	var ioTotal time.Duration
+	var probes uint64
+	m := New(Config{}, Source{Sched: sched.read, CPUStat: (&fakeCPU{}).read,
+		IOWait: func() (time.Duration, uint64) { return ioTotal, probes }})
+	sched.add(2, 100)                          // mean scheduling latency 5.5 ms
+	ioTotal, probes = 5*12*time.Millisecond, 5 // five probes of 12 ms: the poller's wait included
+	r := m.Tick()
+	if r.Probes != 5 || r.IOWait != 12*time.Millisecond {
+		t.Fatalf("tick 1: %d probes of %v, want 5 of 12ms", r.Probes, r.IOWait)
+	}
+	// Smoothed over about two ticks: half of (Hops-1) x 5.5 ms + 12 ms after the first.
+	if want := (time.Duration(Hops-1)*5500*time.Microsecond + 12*time.Millisecond) / 2; r.Delay != want {
+		t.Fatalf("tick 1: delay %v, want %v", r.Delay, want)
+	}
+	// A tick without a probe falls back to a scheduling wait for the answer too.
+	sched.add(2, 100)
+	r = m.Tick()
+	if want := (time.Duration(Hops-1)*5500*time.Microsecond+12*time.Millisecond)/4 + time.Duration(Hops)*5500*time.Microsecond/2; r.Probes != 0 || r.Delay != want {
+		t.Fatalf("tick 2: %d probes, delay %v, want 0 and %v", r.Probes, r.Delay, want)
+	}
+}
+
+// TestTheProbeRunsUntilItsContextEnds: Run's probe sends bytes through its pipe and counts them,
+// and stops when the context ends.
+func TestTheProbeRunsUntilItsContextEnds(t *testing.T) {
+	m := New(Config{}, Source{Sched: newFakeSched().read, CPUStat: (&fakeCPU{}).read})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); m.Run(ctx, 10*time.Millisecond) }()
+	deadline := time.Now().Add(10 * time.Second) // a guard against a hang, not a timing
+	for {
+		if _, n := m.probe.read(); n >= 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no three probes in 10 s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if total, n := m.probe.read(); total < 0 || n < 3 {
+		t.Fatalf("probes: %d totalling %v", n, total)
+	}
+	cancel()
+	<-done
 }
