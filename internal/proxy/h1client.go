@@ -151,6 +151,11 @@ func (cl *h1Client) RoundTrip(req *http.Request) (*http.Response, error) {
 // exchange writes req on c and reads the answer's headers.
 func (c *h1Conn) exchange(ctx context.Context, req *http.Request) (*http.Response, error) {
 	c.cancelled.Store(false)
+	// The header timeout's deadline is set before the context can end the exchange: set after,
+	// it could replace the past deadline that ended it, and the exchange would wait on.
+	if c.cl.headerTimeout > 0 {
+		c.conn.SetReadDeadline(time.Now().Add(c.cl.headerTimeout))
+	}
 	stop := context.AfterFunc(ctx, func() {
 		c.cancelled.Store(true)
 		c.conn.SetDeadline(aLongTimeAgo)
@@ -164,9 +169,6 @@ func (c *h1Conn) exchange(ctx context.Context, req *http.Request) (*http.Respons
 	if err := c.bw.Flush(); err != nil {
 		stop()
 		return nil, err
-	}
-	if c.cl.headerTimeout > 0 {
-		c.conn.SetReadDeadline(time.Now().Add(c.cl.headerTimeout))
 	}
 	var trace *httptrace.ClientTrace
 	for {

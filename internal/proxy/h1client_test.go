@@ -320,3 +320,28 @@ func TestOnlyPlainExchangesTakeTheH1Client(t *testing.T) {
 		}
 	}
 }
+
+// TestH1ClientCancelRacingTheExchange: a context that ends the moment the upstream has the
+// request always ends the exchange, however the cancellation and the exchange's own deadlines
+// interleave (a header deadline set after the cancellation's once undid it: the exchange then
+// waited out the header timeout).
+func TestH1ClientCancelRacingTheExchange(t *testing.T) {
+	got := make(chan struct{}, 1)
+	u := newRawUpstream(t, func(int64) string { got <- struct{}{}; return "" })
+	cl := newH1Client((&net.Dialer{}).DialContext, 4, time.Minute, time.Minute)
+	for i := range 300 {
+		ctx, cancel := context.WithCancel(t.Context())
+		go func() { <-got; cancel() }()
+		req, _ := http.NewRequestWithContext(ctx, "GET", u.url(), nil)
+		done := make(chan error, 1)
+		go func() { _, err := cl.RoundTrip(req); done <- err }()
+		select {
+		case err := <-done:
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("exchange %d: %v, want %v", i, err, context.Canceled)
+			}
+		case <-time.After(10 * time.Second): // a guard against a hang, not a timing
+			t.Fatalf("exchange %d still waiting 10 s after its context ended", i)
+		}
+	}
+}
