@@ -537,7 +537,7 @@ func releases(rows []row) []string {
 
 // maxAttempts bounds how often a strategy is measured when k6 reports an invalid run or the
 // row misses only timed checks (again).
-const maxAttempts = 2
+const maxAttempts = 3
 
 // judgeLimits are the limits rows are judged by, given the outcomes measured so far: the
 // bounded queue's bound takes its service time under load from the in-flight run (same load,

@@ -383,7 +383,7 @@ func (s *suite) deletePlain(ctx context.Context, k *cluster.Kube, name string) e
 
 // measureInjected measures the injected workload's Service by name like a chart row: a quarter
 // of capacity, then 3x; a run k6 could not keep to schedule, or one that missed only timed
-// checks, is measured once more (again).
+// checks, is measured again, up to maxAttempts runs (again).
 func (s *suite) measureInjected(ctx context.Context, name, ns string) (criteria.Outcome, error) {
 	target := manifests.EnvVar{Name: "TARGET_URL", Value: fmt.Sprintf("http://%s.%s.svc.cluster.local/", injectApp, ns)}
 	job := strings.ReplaceAll(name, "/", "-")

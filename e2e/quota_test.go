@@ -102,7 +102,7 @@ func (s *suite) quotaRows(ctx context.Context) error {
 				return
 			}
 			// A run in which k6 could not keep its schedule (the node's CPU went elsewhere)
-			// is measured again, once, as the strategies' runs are.
+			// is measured again, up to maxAttempts runs, as the strategies' runs are.
 			if err := q.Run.Usable(); err == nil || attempt == maxAttempts {
 				break
 			} else {

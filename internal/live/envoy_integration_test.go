@@ -539,7 +539,7 @@ func TestEnvoyAdaptiveAtFiveTimes(t *testing.T) {
 		}
 		return res.AdmittedLatency.P99
 	}()
-	bestOfTwo(t, func() []string {
+	bestOfThree(t, func() []string {
 		before := envoyFailures(t, e)
 		res, err := e.RunEnvoy(context.Background(), Load{Rate: 5 * c.RPS(), Duration: 5 * time.Second, Warmup: 3 * time.Second})
 		if err != nil {

@@ -90,7 +90,7 @@ func TestGRPCOverloadKeepsGoodput(t *testing.T) {
 			if tt.limit > 0 {
 				carry = min(carry, float64(tt.limit)/unloaded.AdmittedLatency.P50.Seconds())
 			}
-			bestOfTwo(t, func() []string {
+			bestOfThree(t, func() []string {
 				e := startGRPC(t, eight, tt.admission)
 				// A fresh adaptive limit ramps up with slow start: measure after a warm-up.
 				res := runGRPC(t, e, 5*eight.RPS(), 2*time.Second, 5*time.Second, false)

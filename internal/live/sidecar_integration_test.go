@@ -65,7 +65,7 @@ func valid(t *testing.T, res *loadgen.Result) {
 	}
 }
 
-// invalid returns, as a problem for bestOfTwo, that the generator could not keep its schedule.
+// invalid returns, as a problem for bestOfThree, that the generator could not keep its schedule.
 func invalid(res *loadgen.Result) []string {
 	if res.Valid {
 		return nil
@@ -97,7 +97,7 @@ func TestOverloadWithoutAdmissionCollapsesAndInflightHolds(t *testing.T) {
 	// every refusal.
 	e := start(t, eight, "strategy: inflight\ninflight: {limit: 8}")
 	base := unloadedP99(t, e, eight)
-	bestOfTwo(t, func() []string {
+	bestOfThree(t, func() []string {
 		res := runLoad(t, e, 5*eight.RPS(), 5*time.Second)
 		// What a refusal looks like does not depend on timing: checked on every run.
 		if res.RetryAfterEligible == 0 || res.RetryAfterCoverage != 1 {
@@ -122,7 +122,7 @@ func TestTokenBucketRefusesWith429AndKeepsLatency(t *testing.T) {
 	base := unloadedP99(t, e, eight)
 	// The full bucket lets a burst of 30 through at the start, by design (8 workers queue it for
 	// a few service times); the bound is for the steady state that follows.
-	bestOfTwo(t, func() []string {
+	bestOfThree(t, func() []string {
 		res := runWarm(t, e, 5*eight.RPS(), time.Second, 5*time.Second)
 		for code, n := range res.Codes {
 			if code != 200 && code != 429 {

@@ -59,7 +59,7 @@ func attackRun(t *testing.T, admission, extra string, honest Load, attack func(c
 // once more if it misses, as the latency tests do: interference only ever lowers it).
 func compareAttack(t *testing.T, name, admission, extra string, honest Load, attack func(ctx context.Context, e *Env)) {
 	t.Helper()
-	bestOfTwo(t, func() []string {
+	bestOfThree(t, func() []string {
 		calm := attackRun(t, admission, extra, honest, nil)
 		attacked := attackRun(t, admission, extra, honest, attack)
 		c, a := successShare(calm), successShare(attacked)
@@ -93,7 +93,7 @@ func TestAttackPrioritySpoofing(t *testing.T) {
 			e.Run(ctx, l)
 		}
 	}
-	bestOfTwo(t, func() []string {
+	bestOfThree(t, func() []string {
 		// The calm run has the same total load: the other half does not spoof.
 		calm := attackRun(t, attackQueue, "", honest, spoofers(false))
 		attacked := attackRun(t, attackQueue, "", honest, spoofers(true))
