@@ -62,18 +62,19 @@ func TestAdaptiveFindsCapacity(t *testing.T) {
 // enough to fail CI.
 func bestOfThree(t *testing.T, measure func() []string) {
 	t.Helper()
+	const runs = 3
 	for run := 1; ; run++ {
 		problems := measure()
 		if len(problems) == 0 {
 			return
 		}
-		if run == 3 {
+		if run == runs {
 			for _, p := range problems {
 				t.Error(p)
 			}
 			return
 		}
-		t.Logf("run %d of 3 missed: %s; measuring once more", run, strings.Join(problems, "; "))
+		t.Logf("run %d of %d missed: %s; measuring once more", run, runs, strings.Join(problems, "; "))
 	}
 }
 

@@ -56,7 +56,8 @@ func attackRun(t *testing.T, admission, extra string, honest Load, attack func(c
 }
 
 // compareAttack measures the honest clients without and with the attack (each point measured
-// once more if it misses, as the latency tests do: interference only ever lowers it).
+// again while it misses, up to three runs, as the latency tests do: interference only ever
+// lowers it).
 func compareAttack(t *testing.T, name, admission, extra string, honest Load, attack func(ctx context.Context, e *Env)) {
 	t.Helper()
 	bestOfThree(t, func() []string {
