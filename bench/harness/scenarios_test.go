@@ -330,6 +330,32 @@ func TestTraceReadsTheLimit(t *testing.T) {
 	}
 }
 
+// Each adaptive target's limit is read where it lives: loadshed's own /metrics, the external
+// processor's beside Envoy, Envoy's gradient controller in its /stats; a fixed limit has none.
+func TestLimitProbes(t *testing.T) {
+	l := testLimits(t)
+	all := append(AllTargets(l), AdaptiveTargets(l)...)
+	want := map[string]string{
+		DefaultAdaptive:         "http://" + testEP.Admin + "/metrics",
+		EnvoyLoadshed:           "http://" + testEP.SidecarAdmin + "/metrics",
+		EnvoyAdaptive:           "http://" + testEP.Admin + "/stats?filter=adaptive_concurrency.gradient_controller.concurrency_limit$",
+		"envoy/circuit_breaker": "",
+	}
+	for name, url := range want {
+		ts, err := SelectTargets(all, name)
+		if err != nil || len(ts) == 0 {
+			t.Fatalf("no target %s: %v", name, err)
+		}
+		got := ""
+		if p := ts[0].limitProbe(testEP); p != nil {
+			got = p.url
+		}
+		if got != url {
+			t.Errorf("%s: limit read from %q, want %q", name, got, url)
+		}
+	}
+}
+
 func costPoint(target, phase string, rep int, served int64, cpuUs, p50, p99, load float64) CostPoint {
 	return CostPoint{Target: target, Phase: phase, Repeat: rep, Requests: served, Served: served, Seconds: 10,
 		CPUNanos: int64(cpuUs * 1e3 * float64(served)), P50Ms: p50, P99Ms: p99, LoadBusy: load, LoadOwn: load / 2, ProxyBusy: 0.99}

@@ -26,11 +26,15 @@ type limitProbe struct {
 }
 
 // limitProbe returns how to read the target's limit, or nil when it has none to read: loadshed's
-// loadshed_limit gauge on its /metrics, an Envoy setup's LimitStat on its admin /stats.
+// loadshed_limit gauge on its /metrics (an Envoy setup's external processor's too), an Envoy
+// setup's LimitStat on its admin /stats.
 func (t Target) limitProbe(ep endpoints) *limitProbe {
 	switch {
 	case t.Kind == KindLoadshed && t.strategy != nil && t.strategy.Name != "none":
 		return &limitProbe{url: "http://" + ep.Admin + "/metrics", parse: loadshedLimit}
+	case t.Kind == KindEnvoy && t.envoy != nil && t.envoy.Sidecar != nil && t.envoy.LimitStat == "":
+		// Envoy calling loadshed: the limit is the external processor's.
+		return &limitProbe{url: "http://" + ep.SidecarAdmin + "/metrics", parse: loadshedLimit}
 	case t.Kind == KindEnvoy && t.envoy != nil && t.envoy.LimitStat != "":
 		suffix := t.envoy.LimitStat
 		return &limitProbe{url: "http://" + ep.Admin + "/stats?filter=" + suffix + "$",

@@ -61,7 +61,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.Bins.Envoy, "envoy", "", "Envoy binary (default: scripts/install-tools.sh envoy)")
 	fs.StringVar(&cfg.Bins.Wrk, "wrk", "", "wrk binary, cost scenario (default: wrk on PATH, else apt-get install wrk)")
 	fs.DurationVar(&adaptive.Warmup, "warmup", 5*time.Second, "cost and adaptive: unmeasured load before each measurement (cost default 2s, with --quick 1s; adaptive --quick 3s)")
-	fs.DurationVar(&adaptive.TraceEvery, "trace-every", 100*time.Millisecond, "adaptive: how often each target's concurrency limit is read")
+	fs.DurationVar(&adaptive.TraceEvery, "trace-every", 100*time.Millisecond, "adaptive and long: how often each target's concurrency limit is read")
 	fs.StringVar(&aWorkers, "adaptive-workers", "4,8,16", "adaptive: backend sizes W (capacity stays --backend-workers/--backend-service; S = W/C)")
 	fs.StringVar(&aShapes, "adaptive-services", "constant,slow-tail", "adaptive: service time shapes (constant, slow-tail)")
 	fs.Func("adaptive-variant", "adaptive: an extra target loadshed/adaptive~NAME, as NAME=BLOCK with BLOCK the adaptive block in flow style, e.g. noqueue='{queue: {depthPerLimit: 0}}' (repeatable)", func(v string) error {
@@ -99,6 +99,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		loads, quick = "", false // the preset replaces the peers' loads and quick point
+		cfg.TraceEvery = adaptive.TraceEvery
 	case "cost", "adaptive":
 		if *k6smoke != "" {
 			return cli.Usagef("--k6-smoke runs the k6 scripts, not --scenario %s", scenario)
