@@ -7,7 +7,8 @@
 # once per admission strategy, overloads each with k6 running in the cluster at 3x the backend's
 # capacity, checks the alerts in an in-cluster Prometheus, replaces pods under steady load, and
 # writes results.md / results.json (and, on failure, the cluster's logs) into $E2E_ARTIFACTS.
-# The cluster is always deleted, also on failure or interrupt.
+# The cluster is always deleted, also on failure or interrupt; a cluster left by an e2e run that
+# was killed outright is deleted by the next one (scripts/e2e-owners.sh).
 #
 # Environment (see e2e/doc.go for the rest):
 #   KIND_NODE_IMAGE   kind node image; unset: built by ../shared/tools/kind-offline when that
@@ -27,6 +28,7 @@ root=$(pwd)
 export E2E_CLUSTER=${E2E_CLUSTER:-loadshed-e2e-$(date +%s)}
 export E2E_ARTIFACTS=${E2E_ARTIFACTS:-$root/out/e2e}
 kind=${LOADSHED_CACHE:-$HOME/.cache/loadshed}/bin/kind
+source scripts/e2e-owners.sh
 
 # The test deletes its cluster itself, interrupted or not. This is the backstop for a test
 # process that was killed outright (go test's own timeout kills without running cleanups).
@@ -36,6 +38,8 @@ cleanup() {
 		echo "e2e.sh: deleting leftover cluster $E2E_CLUSTER" >&2
 		"$kind" delete cluster --name "$E2E_CLUSTER" >&2 || true
 	fi
+	# Gone, or kept on purpose (then reported as nobody's by later runs, never deleted).
+	e2e_owner_release "$E2E_CLUSTER"
 	if [[ $rc -ne 0 ]]; then
 		echo >&2
 		echo "e2e.sh: FAILED (exit $rc). Artifacts: $E2E_ARTIFACTS" >&2
@@ -49,6 +53,9 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 mkdir -p "$E2E_ARTIFACTS"
+# Clusters left by e2e runs that were killed outright go first; this run owns its own.
+e2e_reap_stale "$kind" "$E2E_CLUSTER"
+e2e_owner_claim "$E2E_CLUSTER"
 start=$SECONDS
 echo "e2e.sh: cluster $E2E_CLUSTER, artifacts in $E2E_ARTIFACTS"
 set +e
