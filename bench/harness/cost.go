@@ -107,6 +107,11 @@ type CostPoint struct {
 	Seconds                  float64
 	// P50Ms and P99Ms: wrk's latency (ceiling) or k6's admitted latency (rate); 0 if unknown.
 	P50Ms, P99Ms float64
+	// OutP50Ms and OutP99Ms (rate phase): percentiles of each answer's latency less the time
+	// the backend reports for it (k6's outside_backend_ms); nil if unknown. Unlike the whole
+	// latency they hold none of the backend's own timer jitter, which on the shared load core
+	// moves a 20 ms backend's p99 by several ms from one run to the next.
+	OutP50Ms, OutP99Ms *float64 `json:",omitempty"`
 	// CPUNanos is the target's CPU time during the measurement.
 	CPUNanos int64
 	// LoadBusy and ProxyBusy are the busy shares of CPU 0 (load generator and upstream) and
@@ -364,6 +369,7 @@ func runRate(ctx context.Context, cfg CostConfig, base Config, l Limits, t Targe
 	p.Summary = s
 	p.Requests, p.Served, p.Errors, p.Seconds = s.Requests, s.OK, s.Timeouts+s.Unexpected, s.DurationS
 	p.P50Ms, p.P99Ms = orZero(v(s.AdmittedMs.P50)), orZero(v(s.AdmittedMs.P99))
+	p.OutP50Ms, p.OutP99Ms = s.OutsideBackendMs.P50, s.OutsideBackendMs.P99
 	m.apply(&p)
 	switch {
 	case !s.Valid:
@@ -375,6 +381,13 @@ func runRate(ctx context.Context, cfg CostConfig, base Config, l Limits, t Targe
 }
 
 // orZero keeps NaN (unknown) out of points.json, which JSON cannot hold.
+func nanIfNil(x *float64) float64 {
+	if x == nil {
+		return math.NaN()
+	}
+	return *x
+}
+
 func orZero(x float64) float64 {
 	if math.IsNaN(x) || math.IsInf(x, 0) {
 		return 0
@@ -650,6 +663,8 @@ var (
 	cpuUs     = func(p CostPoint) float64 { return p.CPUPerRequestUs() }
 	p50Ms     = func(p CostPoint) float64 { return p.P50Ms }
 	p99Ms     = func(p CostPoint) float64 { return p.P99Ms }
+	outP50Ms  = func(p CostPoint) float64 { return nanIfNil(p.OutP50Ms) }
+	outP99Ms  = func(p CostPoint) float64 { return nanIfNil(p.OutP99Ms) }
 	loadBusy  = func(p CostPoint) float64 { return p.LoadBusy }
 	loadOwn   = func(p CostPoint) float64 { return p.LoadOwn }
 	proxyBusy = func(p CostPoint) float64 { return p.ProxyBusy }
@@ -712,27 +727,31 @@ func (r *CostResult) markdown(w *strings.Builder) {
 
 	plainCPU, nginxCPU := ref("plainproxy", PhaseRate, cpuUs), ref("nginx/proxy", PhaseRate, cpuUs)
 	fmt.Fprintf(w, "## At %g requests/s (backend %d x %s)\n\n", c.Rate, c.Backend.Workers, c.Backend.Service)
-	fmt.Fprintf(w, "CPU per request = the proxy's CPU time (every thread, from /proc) over the requests k6 sent. Added latency = target minus direct in the same repeat, median over repeats.\n\n")
-	fmt.Fprintf(w, "| target | valid | CPU us/req | vs plainproxy | vs nginx/proxy | added p50 ms | added p99 ms | p99 ms | load core busy (load generator + upstream) | other load on proxy core |\n")
-	fmt.Fprintf(w, "|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(w, "CPU per request = the proxy's CPU time (every thread, from /proc) over the requests k6 sent. "+
+		"Added latency = target minus direct in the same repeat, median over repeats, two ways: per request, from each answer's latency less the time the backend reports for it "+
+		"(`X-Backend-Wait` + `X-Backend-Service`), which leaves the backend's own timer jitter out; and from the whole latency, whose p99 carries that jitter "+
+		"(direct's own p99 moves by several ms between repeats on the shared load core, more than the 1 ms the goal asks about).\n\n")
+	fmt.Fprintf(w, "| target | valid | CPU us/req | vs plainproxy | vs nginx/proxy | added p50 ms | added p99 ms | added p50 / p99 ms, whole latency | p99 ms | load core busy (load generator + upstream) | other load on proxy core |\n")
+	fmt.Fprintf(w, "|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, t := range r.Targets {
 		valid, total := r.counts(t.Name, PhaseRate)
 		if valid == 0 {
-			fmt.Fprintf(w, "| %s | 0/%d | %s |  |  |  |  |  | %s |  |\n", t.Name, total, r.invalidSummary(t.Name, PhaseRate), r.rawBusy(t.Name, PhaseRate))
+			fmt.Fprintf(w, "| %s | 0/%d | %s |  |  |  |  |  |  | %s |  |\n", t.Name, total, r.invalidSummary(t.Name, PhaseRate), r.rawBusy(t.Name, PhaseRate))
 			continue
 		}
 		st := func(get func(CostPoint) float64) float64 { return r.costStat(t.Name, PhaseRate, get).Median }
 		cpu := st(cpuUs)
-		a50, a99 := "", ""
+		a50, a99, whole := "", "", ""
 		if t.Kind != KindDirect {
-			a50, a99 = fmtNum(r.addedOverDirect(t.Name, p50Ms).Median, "ms"), fmtNum(r.addedOverDirect(t.Name, p99Ms).Median, "ms")
+			a50, a99 = fmtNum(r.addedOverDirect(t.Name, outP50Ms).Median, "ms"), fmtNum(r.addedOverDirect(t.Name, outP99Ms).Median, "ms")
+			whole = fmtNum(r.addedOverDirect(t.Name, p50Ms).Median, "ms") + " / " + fmtNum(r.addedOverDirect(t.Name, p99Ms).Median, "ms")
 		}
 		cpuText, vsPlain, vsNginx := fmtNum(cpu, "us"), fmtRatio(cpu, plainCPU), fmtRatio(cpu, nginxCPU)
 		if t.Kind == KindDirect {
 			cpuText, vsPlain, vsNginx = "", "", ""
 		}
-		fmt.Fprintf(w, "| %s | %d/%d | %s | %s | %s | %s | %s | %s | %s | %s |\n", t.Name, valid, total, cpuText, vsPlain, vsNginx,
-			a50, a99, fmtNum(st(p99Ms), "ms"), fmtBusy(st(loadBusy), st(loadOwn)), fmtPct(st(otherOnProxyCore)))
+		fmt.Fprintf(w, "| %s | %d/%d | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", t.Name, valid, total, cpuText, vsPlain, vsNginx,
+			a50, a99, whole, fmtNum(st(p99Ms), "ms"), fmtBusy(st(loadBusy), st(loadOwn)), fmtPct(st(otherOnProxyCore)))
 	}
 	w.WriteString("\n")
 
@@ -831,8 +850,8 @@ func (r *CostResult) costGoals(w *strings.Builder) {
 		fmt.Fprintf(w, "| CPU per request at the fixed rate <= 1.0 x plainproxy's | %s | %s | %s |\n", s, fmtNum(x, ""), check(x, x <= 1.0))
 		x = cpu / nginx
 		fmt.Fprintf(w, "| (stretch) CPU per request <= 2 x nginx's | %s | %s | %s |\n", s, fmtNum(x, ""), check(x, x <= 2))
-		a := r.addedOverDirect(t.Name, p99Ms).Median
-		fmt.Fprintf(w, "| added p99 at the fixed rate <= 1 ms | %s | %s | %s |\n", s, fmtNum(a, "ms"), check(a, a <= 1))
+		a := r.addedOverDirect(t.Name, outP99Ms).Median
+		fmt.Fprintf(w, "| added p99 at the fixed rate <= 1 ms (per request, outside the backend) | %s | %s | %s |\n", s, fmtNum(a, "ms"), check(a, a <= 1))
 		if s != "none" {
 			x = ceil / none
 			fmt.Fprintf(w, "| closed-loop saturation: serves >= 0.9 x what none serves | %s | %s | %s |\n", s, fmtNum(x, ""), check(x, x >= 0.9))
@@ -867,7 +886,7 @@ func (r *CostResult) readmeTable(w *strings.Builder) {
 			cpuText = fmtNum(cpu, "us") + " us"
 		}
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s / %s |\n", t.Name, ceil, fmtRatio(ceilSt.Median, envoy), cpuText, fmtRatio(cpu, plain),
-			fmtNum(r.addedOverDirect(t.Name, p50Ms).Median, "ms"), fmtNum(r.addedOverDirect(t.Name, p99Ms).Median, "ms"))
+			fmtNum(r.addedOverDirect(t.Name, outP50Ms).Median, "ms"), fmtNum(r.addedOverDirect(t.Name, outP99Ms).Median, "ms"))
 	}
 }
 

@@ -356,6 +356,12 @@ func TestLimitProbes(t *testing.T) {
 	}
 }
 
+// outside sets a rate point's latency outside the backend.
+func outside(p CostPoint, p50, p99 float64) CostPoint {
+	p.OutP50Ms, p.OutP99Ms = &p50, &p99
+	return p
+}
+
 func costPoint(target, phase string, rep int, served int64, cpuUs, p50, p99, load float64) CostPoint {
 	return CostPoint{Target: target, Phase: phase, Repeat: rep, Requests: served, Served: served, Seconds: 10,
 		CPUNanos: int64(cpuUs * 1e3 * float64(served)), P50Ms: p50, P99Ms: p99, LoadBusy: load, LoadOwn: load / 2, ProxyBusy: 0.99}
@@ -374,11 +380,11 @@ func TestCostReport(t *testing.T) {
 			costPoint("envoy/proxy", PhaseCeiling, rep, 80000, 120, 6, 12, 0.5),
 			costPoint("nginx/proxy", PhaseCeiling, rep, 300000, 30, 1, 3, 0.95), // load core saturated: invalid
 			costPoint("plainproxy", PhaseCeiling, rep, 90000, 110, 5, 10, 0.5),
-			costPoint("loadshed/none", PhaseRate, rep, 3000, 250, 21.2, 22.5, 0.3),
-			costPoint("envoy/proxy", PhaseRate, rep, 3000, 300, 21.3, 23, 0.3),
-			costPoint("nginx/proxy", PhaseRate, rep, 3000, 100, 21.1, 21.5, 0.3),
-			costPoint("plainproxy", PhaseRate, rep, 3000, 280, 21.2, 22, 0.3),
-			costPoint("direct", PhaseRate, rep, 3000, 0, 21, 21.5, 0.3),
+			outside(costPoint("loadshed/none", PhaseRate, rep, 3000, 250, 21.2, 22.5, 0.3), 0.5, 0.9),
+			outside(costPoint("envoy/proxy", PhaseRate, rep, 3000, 300, 21.3, 23, 0.3), 0.6, 1.2),
+			outside(costPoint("nginx/proxy", PhaseRate, rep, 3000, 100, 21.1, 21.5, 0.3), 0.4, 0.6),
+			outside(costPoint("plainproxy", PhaseRate, rep, 3000, 280, 21.2, 22, 0.3), 0.5, 0.8),
+			outside(costPoint("direct", PhaseRate, rep, 3000, 0, 21, 21.5, 0.3), 0.3, 0.5),
 		)
 	}
 	for i := range r.Points {
@@ -392,11 +398,12 @@ func TestCostReport(t *testing.T) {
 	mustContain(t, "cost report", out,
 		"| loadshed/none | 2/2 | 10000 | 1.25 | n/a | 0% |",
 		"| nginx/proxy | 0/2 | INVALID (30000 rps measured) |",
-		"| loadshed/none | 2/2 | 250.0 | 0.89 | 2.50 | 0.20 | 1.00 |",
+		// Added latency per request (outside the backend) and, beside it, from the whole latency.
+		"| loadshed/none | 2/2 | 250.0 | 0.89 | 2.50 | 0.20 | 0.40 | 0.20 / 1.00 |",
 		"| forwarding ceiling >= 1.5 x Envoy's | none | 1.250 | FAIL |",
 		"| CPU per request at the fixed rate <= 1.0 x plainproxy's | none | 0.893 | PASS |",
-		"| added p99 at the fixed rate <= 1 ms | none | 1.00 | PASS |",
-		"| loadshed/none | 10000 | 1.25 | 250.0 us | 0.89 | 0.20 / 1.00 |",
+		"| added p99 at the fixed rate <= 1 ms (per request, outside the backend) | none | 0.40 | PASS |",
+		"| loadshed/none | 10000 | 1.25 | 250.0 us | 0.89 | 0.20 / 0.40 |",
 		"INVALID: load core 95% busy (limit 90%)",
 	)
 	dir := t.TempDir()

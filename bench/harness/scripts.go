@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/loadshed/loadshed/bench/k6summary"
@@ -138,6 +139,14 @@ func smokeOne(ctx context.Context, cfg Config, l Limits, bins Binaries, t Target
 			problems = append(problems, fmt.Errorf("%d refusals, %d trailers-only, %d with grpc-retry-pushback-ms: want all of them both", s.Shed, s.TrailersOnly, s.Pushback))
 		}
 	}
+	if !sr.grpc && s.OK > 0 {
+		// Every answer of the project's backend says how long it was there: what is left of its
+		// latency is small and never negative.
+		out, adm := s.OutsideBackendMs.P50, s.AdmittedMs.P50
+		if out == nil || adm == nil || !(*out > 0 && *out < *adm/2) {
+			problems = append(problems, fmt.Errorf("latency outside the backend at p50 %v ms against admitted p50 %v ms: want above 0 and below half of it (X-Backend-Wait/-Service not read?)", ptrText(out), ptrText(adm)))
+		}
+	}
 	if sr.admin {
 		w, err := backendWorkers(ctx, st.ep.BackendAdm)
 		if err != nil {
@@ -171,4 +180,11 @@ func backendWorkers(ctx context.Context, admin string) (int, error) {
 		return 0, fmt.Errorf("GET /admin/config: %w", err)
 	}
 	return c.Workers, nil
+}
+
+func ptrText(x *float64) string {
+	if x == nil {
+		return "none"
+	}
+	return strconv.FormatFloat(*x, 'g', 4, 64)
 }

@@ -75,6 +75,10 @@ type Summary struct {
 	// AdmittedMs is the latency of 2xx answers, RejectionMs that of refusals.
 	AdmittedMs  Latency `json:"admitted_ms"`
 	RejectionMs Latency `json:"rejection_ms"`
+	// OutsideBackendMs is each admitted answer's latency less the time the backend reports for
+	// it (X-Backend-Wait + X-Backend-Service): the path outside the backend's worker, a proxy
+	// included. Empty when the backend sends no such headers.
+	OutsideBackendMs Latency `json:"outside_backend_ms"`
 	// StartLateP99Ms is how late iterations started against their schedule, at p99.
 	StartLateP99Ms *float64    `json:"start_late_p99_ms"`
 	Thresholds     []Threshold `json:"thresholds"`

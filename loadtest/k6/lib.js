@@ -101,6 +101,10 @@ const m = {
   timeouts: new Counter('timeouts'),
   unexpected: new Counter('unexpected'),
   admitted: new Trend('admitted_latency', true),
+  // An admitted answer's latency less the time the backend reports for it (X-Backend-Wait and
+  // X-Backend-Service): what the path outside the backend's worker took, the proxy's part
+  // included. The backend's own timer jitter is no part of it.
+  outside: new Trend('outside_backend_latency', true),
   rejection: new Trend('rejection_latency', true),
   late: new Trend('start_lateness', true),
   grpcCalls: new Counter('grpc_calls'),
@@ -305,6 +309,23 @@ export function hit(timeline = null, sec = -1, tags = {}) {
   return record(res, timeline, sec);
 }
 
+const goUnitsMs = { h: 3600e3, m: 60e3, s: 1e3, ms: 1, us: 1e-3, 'µs': 1e-3, 'μs': 1e-3, ns: 1e-6 };
+
+/** goDurationMs reads a Go duration string ("20.31ms", "1m2.5s", "850µs", "0s") in milliseconds; NaN when v is not one. */
+export function goDurationMs(v) {
+  if (typeof v !== 'string' || v === '') return NaN;
+  if (v === '0') return 0;
+  const part = /^(\d+(?:\.\d*)?|\.\d+)(h|ms|m|s|us|µs|μs|ns)/;
+  let total = 0;
+  for (let rest = v; rest !== ''; ) {
+    const mt = part.exec(rest);
+    if (mt === null) return NaN;
+    total += parseFloat(mt[1]) * goUnitsMs[mt[2]];
+    rest = rest.slice(mt[0].length);
+  }
+  return total;
+}
+
 /** validRetryAfter reports whether a Retry-After value is delay-seconds or an HTTP date. */
 export function validRetryAfter(v) {
   if (v === undefined || v === null || v === '') return false;
@@ -322,6 +343,8 @@ export function record(res, timeline = null, sec = -1) {
     tags = { outcome };
     m.ok.add(1, tags);
     m.admitted.add(d, tags);
+    const inBackend = goDurationMs(res.headers['X-Backend-Wait']) + goDurationMs(res.headers['X-Backend-Service']);
+    if (inBackend >= 0) m.outside.add(Math.max(0, d - inBackend), tags);
     if (outcome === 'good') {
       m.goodput.add(1, tags);
       if (timeline && sec >= 0 && sec < timeline.n) timeline.good[sec].add(1);
@@ -499,6 +522,7 @@ export function summarize(data, info) {
     timeouts: count(data, 'timeouts'),
     unexpected: count(data, 'unexpected'),
     admitted_ms: trend(data, 'admitted_latency'),
+    outside_backend_ms: trend(data, 'outside_backend_latency'),
     rejection_ms: trend(data, 'rejection_latency'),
     start_late_p99_ms: lateP99,
     thresholds,
