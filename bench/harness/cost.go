@@ -637,6 +637,44 @@ func (r *CostResult) addedOverDirect(target string, get func(CostPoint) float64)
 	return statOf(xs)
 }
 
+// ceilingPairs lists, for every loadshed target, its ceiling over Envoy's repeat by repeat: the
+// proxy core's speed drifts between points on a shared machine, and the spread of these ratios
+// says how far one run's medians can be trusted.
+func (r *CostResult) ceilingPairs(w *strings.Builder) {
+	if !r.has("envoy/proxy") {
+		return
+	}
+	envoy := map[int]float64{}
+	for _, p := range r.Points {
+		if p.Target == "envoy/proxy" && p.Phase == PhaseCeiling && p.Valid() {
+			envoy[p.Repeat] = p.ServedRPS()
+		}
+	}
+	wrote := false
+	for _, t := range r.Targets {
+		if t.Kind != KindLoadshed {
+			continue
+		}
+		var xs []float64
+		var text []string
+		for _, p := range r.Points {
+			if e, ok := envoy[p.Repeat]; ok && e > 0 && p.Target == t.Name && p.Phase == PhaseCeiling && p.Valid() {
+				xs = append(xs, p.ServedRPS()/e)
+				text = append(text, fmt.Sprintf("%.2f", p.ServedRPS()/e))
+			}
+		}
+		if len(xs) < 2 {
+			continue
+		}
+		st := statOf(xs)
+		fmt.Fprintf(w, "- %s over envoy/proxy, repeat by repeat: %s (median %.2f, range %.2f-%.2f)\n", t.Name, strings.Join(text, ", "), st.Median, st.Min, st.Max)
+		wrote = true
+	}
+	if wrote {
+		w.WriteString("\n")
+	}
+}
+
 func (r *CostResult) counts(target, phase string) (valid, total int) {
 	for _, p := range r.Points {
 		if p.Target == target && p.Phase == phase {
@@ -724,6 +762,7 @@ func (r *CostResult) markdown(w *strings.Builder) {
 			st(cpuUs), fmtPct(st(proxyBusy)), fmtPct(st(otherOnProxyCore)), fmtBusy(st(loadBusy), st(loadOwn)))
 	}
 	w.WriteString("\ndirect: wrk straight to the upstream, both on CPU 0 (the load core's own ceiling, for reference).\n\n")
+	r.ceilingPairs(w)
 
 	plainCPU, nginxCPU := ref("plainproxy", PhaseRate, cpuUs), ref("nginx/proxy", PhaseRate, cpuUs)
 	fmt.Fprintf(w, "## At %g requests/s (backend %d x %s)\n\n", c.Rate, c.Backend.Workers, c.Backend.Service)

@@ -400,6 +400,7 @@ func TestCostReport(t *testing.T) {
 		"| nginx/proxy | 0/2 | INVALID (30000 rps measured) |",
 		// Added latency per request (outside the backend) and, beside it, from the whole latency.
 		"| loadshed/none | 2/2 | 250.0 | 0.89 | 2.50 | 0.20 | 0.40 | 0.20 / 1.00 |",
+		"- loadshed/none over envoy/proxy, repeat by repeat: 1.25, 1.25 (median 1.25, range 1.25-1.25)",
 		"| forwarding ceiling >= 1.5 x Envoy's | none | 1.250 | FAIL |",
 		"| CPU per request at the fixed rate <= 1.0 x plainproxy's | none | 0.893 | PASS |",
 		"| added p99 at the fixed rate <= 1 ms (per request, outside the backend) | none | 0.40 | PASS |",
