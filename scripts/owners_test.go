@@ -65,7 +65,8 @@ func TestReapStaleClusters(t *testing.T) {
 	if err := os.WriteFile(kind, []byte(fakeKind), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	clusters := []string{"loadshed-e2e-1", "loadshed-e2e-2", "loadshed-e2e-3", "loadshed-e2e-4", "loadshed-e2e-5", "loadshed-e2e-stuck", "other", "loadshed-e2e-mine"}
+	// The cluster whose delete fails comes last: the caller (set -e) must not stop on it.
+	clusters := []string{"loadshed-e2e-1", "loadshed-e2e-2", "loadshed-e2e-3", "loadshed-e2e-4", "loadshed-e2e-5", "other", "loadshed-e2e-mine", "loadshed-e2e-stuck"}
 	if err := os.WriteFile(filepath.Join(bin, "clusters"), []byte(strings.Join(clusters, "\n")+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +98,10 @@ func TestReapStaleClusters(t *testing.T) {
 	record("loadshed-e2e-mine", strconv.Itoa(done.Process.Pid)+" 12345\n")       // the caller's own
 	// loadshed-e2e-5 has no record.
 
-	_, stderr := bash(t, cache, `e2e_reap_stale "$LOADSHED_CACHE/bin/kind" loadshed-e2e-mine`)
+	out, stderr := bash(t, cache, `e2e_reap_stale "$LOADSHED_CACHE/bin/kind" loadshed-e2e-mine; echo went on`)
+	if strings.TrimSpace(out) != "went on" {
+		t.Fatalf("the caller stopped after the reap: stdout %q\n%s", out, stderr)
+	}
 
 	b, _ := os.ReadFile(filepath.Join(bin, "deleted"))
 	deleted := strings.Fields(string(b))
