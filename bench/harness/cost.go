@@ -381,13 +381,6 @@ func runRate(ctx context.Context, cfg CostConfig, base Config, l Limits, t Targe
 }
 
 // orZero keeps NaN (unknown) out of points.json, which JSON cannot hold.
-func nanIfNil(x *float64) float64 {
-	if x == nil {
-		return math.NaN()
-	}
-	return *x
-}
-
 func orZero(x float64) float64 {
 	if math.IsNaN(x) || math.IsInf(x, 0) {
 		return 0
@@ -659,8 +652,9 @@ func (r *CostResult) ceilingPairs(w *strings.Builder) {
 		var text []string
 		for _, p := range r.Points {
 			if e, ok := envoy[p.Repeat]; ok && e > 0 && p.Target == t.Name && p.Phase == PhaseCeiling && p.Valid() {
-				xs = append(xs, p.ServedRPS()/e)
-				text = append(text, fmt.Sprintf("%.2f", p.ServedRPS()/e))
+				x := p.ServedRPS() / e
+				xs = append(xs, x)
+				text = append(text, fmt.Sprintf("%.2f", x))
 			}
 		}
 		if len(xs) < 2 {
@@ -701,8 +695,8 @@ var (
 	cpuUs     = func(p CostPoint) float64 { return p.CPUPerRequestUs() }
 	p50Ms     = func(p CostPoint) float64 { return p.P50Ms }
 	p99Ms     = func(p CostPoint) float64 { return p.P99Ms }
-	outP50Ms  = func(p CostPoint) float64 { return nanIfNil(p.OutP50Ms) }
-	outP99Ms  = func(p CostPoint) float64 { return nanIfNil(p.OutP99Ms) }
+	outP50Ms  = func(p CostPoint) float64 { return v(p.OutP50Ms) }
+	outP99Ms  = func(p CostPoint) float64 { return v(p.OutP99Ms) }
 	loadBusy  = func(p CostPoint) float64 { return p.LoadBusy }
 	loadOwn   = func(p CostPoint) float64 { return p.LoadOwn }
 	proxyBusy = func(p CostPoint) float64 { return p.ProxyBusy }

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"time"
 
 	"github.com/loadshed/loadshed/bench/k6summary"
@@ -144,7 +143,7 @@ func smokeOne(ctx context.Context, cfg Config, l Limits, bins Binaries, t Target
 		// latency is small and never negative.
 		out, adm := s.OutsideBackendMs.P50, s.AdmittedMs.P50
 		if out == nil || adm == nil || !(*out > 0 && *out < *adm/2) {
-			problems = append(problems, fmt.Errorf("latency outside the backend at p50 %v ms against admitted p50 %v ms: want above 0 and below half of it (X-Backend-Wait/-Service not read?)", ptrText(out), ptrText(adm)))
+			problems = append(problems, fmt.Errorf("latency outside the backend at p50 %v ms against admitted p50 %v ms: want above 0 and below half of it (X-Backend-Wait/-Service not read?)", fmtNum(v(out), "ms"), fmtNum(v(adm), "ms")))
 		}
 	}
 	if sr.admin {
@@ -180,11 +179,4 @@ func backendWorkers(ctx context.Context, admin string) (int, error) {
 		return 0, fmt.Errorf("GET /admin/config: %w", err)
 	}
 	return c.Workers, nil
-}
-
-func ptrText(x *float64) string {
-	if x == nil {
-		return "none"
-	}
-	return strconv.FormatFloat(*x, 'g', 4, 64)
 }

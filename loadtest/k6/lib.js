@@ -309,21 +309,14 @@ export function hit(timeline = null, sec = -1, tags = {}) {
   return record(res, timeline, sec);
 }
 
-const goUnitsMs = { h: 3600e3, m: 60e3, s: 1e3, ms: 1, us: 1e-3, 'µs': 1e-3, 'μs': 1e-3, ns: 1e-6 };
-
-/** goDurationMs reads a Go duration string ("20.31ms", "1m2.5s", "850µs", "0s") in milliseconds; NaN when v is not one. */
-export function goDurationMs(v) {
+/** reportedMs reads a duration header the backend sets (a Go duration) in milliseconds; NaN when it is absent or not one. */
+function reportedMs(v) {
   if (typeof v !== 'string' || v === '') return NaN;
-  if (v === '0') return 0;
-  const part = /^(\d+(?:\.\d*)?|\.\d+)(h|ms|m|s|us|µs|μs|ns)/;
-  let total = 0;
-  for (let rest = v; rest !== ''; ) {
-    const mt = part.exec(rest);
-    if (mt === null) return NaN;
-    total += parseFloat(mt[1]) * goUnitsMs[mt[2]];
-    rest = rest.slice(mt[0].length);
+  try {
+    return seconds(v) * 1000;
+  } catch (e) {
+    return NaN;
   }
-  return total;
 }
 
 /** validRetryAfter reports whether a Retry-After value is delay-seconds or an HTTP date. */
@@ -343,7 +336,7 @@ export function record(res, timeline = null, sec = -1) {
     tags = { outcome };
     m.ok.add(1, tags);
     m.admitted.add(d, tags);
-    const inBackend = goDurationMs(res.headers['X-Backend-Wait']) + goDurationMs(res.headers['X-Backend-Service']);
+    const inBackend = reportedMs(res.headers['X-Backend-Wait']) + reportedMs(res.headers['X-Backend-Service']);
     if (inBackend >= 0) m.outside.add(Math.max(0, d - inBackend), tags);
     if (outcome === 'good') {
       m.goodput.add(1, tags);
