@@ -73,6 +73,9 @@ type Binaries struct {
 	Nginx, HAProxy, K6, Taskset string
 	// Envoy defaults to scripts/install-tools.sh envoy; Wrk (the cost scenario) to Debian's wrk.
 	Envoy, Wrk string
+	// Loadgen is the project's open-loop load generator (cmd/loadgen), which the cost scenario
+	// times added latency with; built from the checkout when empty.
+	Loadgen string
 }
 
 // Validate reports every problem, naming the field.

@@ -171,6 +171,22 @@ func fmtMs(p *float64) string {
 	return fmt.Sprintf("%.1f", *p)
 }
 
+// buildProgram builds the checkout's package pkg (cmd/...) into binDir/name.
+func buildProgram(ctx context.Context, repoRoot, binDir, pkg, name string, logf func(string, ...any)) (string, error) {
+	if _, err := os.Stat(filepath.Join(repoRoot, pkg)); err != nil {
+		return "", fmt.Errorf("%s: not in this checkout (pass a prebuilt binary, or leave its targets out with --targets)", pkg)
+	}
+	out := filepath.Join(binDir, name)
+	logf("building %s", pkg)
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", out, "./"+pkg)
+	cmd.Dir = repoRoot
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./%s: %v\n%s", pkg, err, msg)
+	}
+	return out, nil
+}
+
 // prepareBinaries builds the Go programs, finds or installs the peers and k6.
 func prepareBinaries(ctx context.Context, cfg Config, targets []Target, work string, logf func(string, ...any)) (Binaries, error) {
 	b := cfg.Bins
@@ -189,19 +205,9 @@ func prepareBinaries(ctx context.Context, cfg Config, targets []Target, work str
 		if *dst != "" {
 			return nil
 		}
-		if _, err := os.Stat(filepath.Join(cfg.RepoRoot, pkg)); err != nil {
-			return fmt.Errorf("%s: not in this checkout (pass a prebuilt binary, or leave its targets out with --targets)", pkg)
-		}
-		out := filepath.Join(binDir, name)
-		logf("building %s", pkg)
-		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", out, "./"+pkg)
-		cmd.Dir = cfg.RepoRoot
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if msg, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("go build ./%s: %v\n%s", pkg, err, msg)
-		}
+		out, err := buildProgram(ctx, cfg.RepoRoot, binDir, pkg, name, logf)
 		*dst = out
-		return nil
+		return err
 	}
 	if err := build(&b.Backend, "cmd/backend", "backend"); err != nil {
 		return b, err

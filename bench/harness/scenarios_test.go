@@ -14,6 +14,7 @@ import (
 
 	"github.com/loadshed/loadshed/bench/k6summary"
 	"github.com/loadshed/loadshed/internal/config"
+	"github.com/loadshed/loadshed/internal/loadgen"
 )
 
 var testEP = endpoints{Listen: "127.0.0.1:18000", Admin: "127.0.0.1:19902", Backend: "127.0.0.1:18080", UpstreamURL: "http://127.0.0.1:18080",
@@ -362,6 +363,12 @@ func outside(p CostPoint, p50, p99 float64) CostPoint {
 	return p
 }
 
+// generated sets a rate point's latency through the open-loop generator.
+func generated(p CostPoint, p50, p99 float64) CostPoint {
+	p.GenP50Ms, p.GenP99Ms = &p50, &p99
+	return p
+}
+
 func costPoint(target, phase string, rep int, served int64, cpuUs, p50, p99, load float64) CostPoint {
 	return CostPoint{Target: target, Phase: phase, Repeat: rep, Requests: served, Served: served, Seconds: 10,
 		CPUNanos: int64(cpuUs * 1e3 * float64(served)), P50Ms: p50, P99Ms: p99, LoadBusy: load, LoadOwn: load / 2, ProxyBusy: 0.99}
@@ -380,13 +387,16 @@ func TestCostReport(t *testing.T) {
 			costPoint("envoy/proxy", PhaseCeiling, rep, 80000, 120, 6, 12, 0.5),
 			costPoint("nginx/proxy", PhaseCeiling, rep, 300000, 30, 1, 3, 0.95), // load core saturated: invalid
 			costPoint("plainproxy", PhaseCeiling, rep, 90000, 110, 5, 10, 0.5),
-			outside(costPoint("loadshed/none", PhaseRate, rep, 3000, 250, 21.2, 22.5, 0.3), 0.5, 0.9),
-			outside(costPoint("envoy/proxy", PhaseRate, rep, 3000, 300, 21.3, 23, 0.3), 0.6, 1.2),
+			generated(outside(costPoint("loadshed/none", PhaseRate, rep, 3000, 250, 21.2, 22.5, 0.3), 0.5, 0.9), 21.3, 21.9+float64(rep)),
+			generated(outside(costPoint("envoy/proxy", PhaseRate, rep, 3000, 300, 21.3, 23, 0.3), 0.6, 1.2), 21.5, 22.5),
 			outside(costPoint("nginx/proxy", PhaseRate, rep, 3000, 100, 21.1, 21.5, 0.3), 0.4, 0.6),
-			outside(costPoint("plainproxy", PhaseRate, rep, 3000, 280, 21.2, 22, 0.3), 0.5, 0.8),
-			outside(costPoint("direct", PhaseRate, rep, 3000, 0, 21, 21.5, 0.3), 0.3, 0.5),
+			generated(outside(costPoint("plainproxy", PhaseRate, rep, 3000, 280, 21.2, 22, 0.3), 0.5, 0.8), 21.25, 21.8),
+			generated(outside(costPoint("direct", PhaseRate, rep, 3000, 0, 21, 21.5, 0.3), 0.3, 0.5), 21.2, 21.6+float64(rep)),
 		)
 	}
+	// The generator's run of plainproxy in repeat 2 could not be used: only repeat 1 counts.
+	r.Points[len(r.Points)-2].GenP50Ms, r.Points[len(r.Points)-2].GenP99Ms = nil, nil
+	r.Points[len(r.Points)-2].GenInvalid = "2990 of 3000 requests answered 2xx"
 	for i := range r.Points {
 		if r.Points[i].LoadBusy >= 0.9 {
 			r.Points[i].Invalid = loadCoreVerdict(r.Points[i].LoadBusy, 0.9)
@@ -398,14 +408,19 @@ func TestCostReport(t *testing.T) {
 	mustContain(t, "cost report", out,
 		"| loadshed/none | 2/2 | 10000 | 1.25 | n/a | 0% |",
 		"| nginx/proxy | 0/2 | INVALID (30000 rps measured) |",
-		// Added latency per request (outside the backend) and, beside it, from the whole latency.
-		"| loadshed/none | 2/2 | 250.0 | 0.89 | 2.50 | 0.20 | 0.40 | 0.20 / 1.00 |",
+		// Added latency from the open-loop generator (paired with direct's in the same repeat),
+		// then per request outside the backend and from the whole latency in k6's run.
+		"| loadshed/none | 2/2 | 250.0 | 0.89 | 2.50 | 0.10 / 0.30 | 0.20 / 0.40 | 0.20 / 1.00 | 23.4 | 22.5 |",
+		"| plainproxy | 2/2 | 280.0 | 1.00 | 2.80 | 0.05 / -0.80 |",
+		"| nginx/proxy | 2/2 | 100.0 | 0.36 | 1.00 | n/a / n/a | 0.10 / 0.10 |",
 		"- loadshed/none over envoy/proxy, repeat by repeat: 1.25, 1.25 (median 1.25, range 1.25-1.25)",
 		"| forwarding ceiling >= 1.5 x Envoy's | none | 1.250 | FAIL |",
 		"| CPU per request at the fixed rate <= 1.0 x plainproxy's | none | 0.893 | PASS |",
-		"| added p99 at the fixed rate <= 1 ms (per request, outside the backend) | none | 0.40 | PASS |",
-		"| loadshed/none | 10000 | 1.25 | 250.0 us | 0.89 | 0.20 / 0.40 |",
+		"| added p99 at the fixed rate <= 1 ms (open-loop generator) | none | 0.30 | PASS |",
+		"| added p99 at the fixed rate <= 1 ms (k6, per request outside the backend) | none | 0.40 | PASS |",
+		"| loadshed/none | 10000 | 1.25 | 250.0 us | 0.89 | 0.10 / 0.30 | 0.20 / 0.40 |",
 		"INVALID: load core 95% busy (limit 90%)",
+		"- plainproxy rate repeat 2: open-loop latency run INVALID: 2990 of 3000 requests answered 2xx",
 	)
 	dir := t.TempDir()
 	r.Config.OutDir = dir
@@ -510,6 +525,34 @@ func TestStackCountsTheSidecar(t *testing.T) {
 	for _, p := range st.watch() {
 		if p.exited() == nil {
 			t.Errorf("%s still running after stop", p.name)
+		}
+	}
+}
+
+// The open-loop generator's latency counts only from a valid run that every request passed
+// with a 2xx: a refused or failed request has no forwarded latency to compare with direct's.
+func TestGenLatency(t *testing.T) {
+	ok := &loadgen.Result{Valid: true, Offered: 3000, Success: 3000,
+		AdmittedLatency: loadgen.Latency{P50: 21500 * time.Microsecond, P99: 22750 * time.Microsecond}}
+	p50, p99, why := genLatency(ok)
+	if why != "" || p50 == nil || p99 == nil || *p50 != 21.5 || *p99 != 22.75 {
+		t.Errorf("valid run: got %v %v %q, want 21.5 22.75 and no reason", v(p50), v(p99), why)
+	}
+	late := *ok
+	late.Valid, late.InvalidReason = false, "late starts 4.0% > budget 1.0%"
+	refused := *ok
+	refused.Success = 2990
+	for name, tc := range map[string]struct {
+		r    *loadgen.Result
+		want string
+	}{
+		"invalid": {&late, "late starts 4.0% > budget 1.0%"},
+		"refused": {&refused, "2990 of 3000 requests answered 2xx"},
+		"empty":   {&loadgen.Result{Valid: true}, "0 of 0 requests answered 2xx"},
+	} {
+		p50, p99, why := genLatency(tc.r)
+		if p50 != nil || p99 != nil || why != tc.want {
+			t.Errorf("%s: got %v %v %q, want no figures and %q", name, v(p50), v(p99), why, tc.want)
 		}
 	}
 }

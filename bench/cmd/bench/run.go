@@ -76,6 +76,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.Float64Var(&cost.Rate, "cost-rate", 300, "cost: the fixed rate (requests/s) CPU per request is measured at")
 	fs.IntVar(&cost.Connections, "connections", 64, "cost: wrk connections for the forwarding ceiling")
 	fs.DurationVar(&cost.CeilingDuration, "ceiling-duration", 10*time.Second, "cost: measured time of each forwarding-ceiling point")
+	fs.DurationVar(&cost.LatencyDuration, "latency-duration", 10*time.Second, "cost: how long cmd/loadgen times the added latency at the fixed rate after k6 (0: not timed that way)")
 	fs.Float64Var(&cost.BusyLimit, "busy-limit", 0.9, "cost: a point whose load core (CPU 0) was this busy is invalid")
 	longFor := fs.Duration("long", 3*time.Minute, "long: the measured time at the load (with --quick 20s)")
 	halvingFor := fs.Duration("halving", time.Minute, "long: the capacity halving's run, the drop at a third of it (with --quick 12s)")
@@ -230,6 +231,7 @@ func runScenario(ctx context.Context, scenario string, args []string, set map[st
 		if quick {
 			def("duration", func() { cfg.PointDuration = 5 * time.Second })
 			def("ceiling-duration", func() { cost.CeilingDuration = 3 * time.Second })
+			def("latency-duration", func() { cost.LatencyDuration = 3 * time.Second })
 			def("warmup", func() { adaptive.Warmup = time.Second })
 			def("repeats", func() { cfg.Repeats = 1 })
 		}
