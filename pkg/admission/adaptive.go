@@ -15,6 +15,8 @@ type AdaptiveConfig struct {
 	// Algorithm computes the next limit from each window of samples (package limit).
 	Algorithm limit.Algorithm
 	// InitialLimit is the limit before any sample (warm start); MinLimit and MaxLimit clamp it.
+	// A limit is enforced as an average over time: floor(limit) requests in flight always, and
+	// one more for the fractional part's share of the time.
 	InitialLimit, MinLimit, MaxLimit float64
 	// SlowStart: for this long after the first request, and until the first sign of overload,
 	// the limit grows on demand up to twice its value at the start of each window (like TCP slow

@@ -3,6 +3,7 @@ package admission_test
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -261,11 +262,12 @@ func TestAdaptiveSlowStartGrowsOnDemandWithinAWindow(t *testing.T) {
 	if got := drive(core, t0.Add(200*time.Millisecond), 10, 20*time.Millisecond, admission.Success); got != 8 {
 		t.Fatalf("admitted %d of a burst of 10, want 8 (twice the limit)", got)
 	}
-	// Once a window shows a sign of overload, slow start is over: no more growth on demand.
+	// Once a window shows a sign of overload, slow start is over: no more growth on demand (at
+	// most the limit rounded up, its fractional part being a share of time).
 	rec.next = func(cur float64, w limit.Window) float64 { return cur * 0.9 }
 	drive(core, t0.Add(300*time.Millisecond), 1, 20*time.Millisecond, admission.Dropped)
 	lim := core.Stats(t0).Limit
-	if got := drive(core, t0.Add(400*time.Millisecond), 20, time.Millisecond, admission.Success); float64(got) > lim {
+	if got := drive(core, t0.Add(400*time.Millisecond), 20, time.Millisecond, admission.Success); float64(got) > math.Ceil(lim) {
 		t.Fatalf("admitted %d with limit %v after slow start ended", got, lim)
 	}
 }
@@ -515,5 +517,105 @@ func TestAdaptiveFixedQueueKeepsItsMaxWait(t *testing.T) {
 	core.Advance(now.Add(50*time.Millisecond), &ev)
 	if w.State() != admission.Refused || w.Err.Reason != admission.ReasonQueueTimeout {
 		t.Fatalf("waiter %v %+v at 50 ms, want a queue timeout", w.State(), w.Err)
+	}
+}
+
+// meanInFlight keeps the core saturated for d on a fake clock, 1 ms per step: every request
+// is held for hold, and each step offers requests until one is refused (no queue). It returns
+// the time-average of the requests in flight and the most ever in flight.
+func meanInFlight(c admission.Core, d, hold time.Duration) (mean float64, most int64) {
+	var ev admission.Events
+	type held struct {
+		t   *admission.Ticket
+		end time.Time
+	}
+	var running []held
+	var sum float64
+	steps := int(d / time.Millisecond)
+	for i := range steps {
+		now := t0.Add(time.Duration(i) * time.Millisecond)
+		kept := running[:0]
+		for _, h := range running {
+			if !now.Before(h.end) {
+				c.Release(now, h.t, admission.Success, &ev)
+				continue
+			}
+			kept = append(kept, h)
+		}
+		running = kept
+		for {
+			t := &admission.Ticket{}
+			t.Reset(admission.Request{}, now)
+			if c.Offer(now, t, &ev) != admission.Admitted {
+				break
+			}
+			running = append(running, held{t, now.Add(hold)})
+		}
+		n := c.Stats(now).InFlight
+		most = max(most, n)
+		sum += float64(n)
+	}
+	return sum / float64(steps), most
+}
+
+// An adaptive limit's fractional part is enforced as a share of time: at 4.5 a fifth request
+// is in flight about half the time, never a sixth; a whole limit is enforced exactly.
+func TestAdaptiveFractionalLimitIsATimeShare(t *testing.T) {
+	for _, lim := range []float64{4, 4.25, 4.5, 4.9} {
+		core := must(admission.NewAdaptive(admission.AdaptiveConfig{
+			Algorithm:    &recorder{next: func(cur float64, w limit.Window) float64 { return cur }},
+			InitialLimit: lim, MinLimit: 1, MaxLimit: 8,
+		}))
+		mean, most := meanInFlight(core, 20*time.Second, 40*time.Millisecond)
+		if mean < lim-0.06 || mean > lim+0.06 {
+			t.Errorf("limit %v: %.3f in flight on average, want %v within 0.06", lim, mean, lim)
+		}
+		if want := int64(math.Ceil(lim)); most != want {
+			t.Errorf("limit %v: at most %d in flight, want %d", lim, most, want)
+		}
+	}
+}
+
+// A waiter takes the permit the fractional part lends when its credit returns, with no release
+// to wake it: Wake names that moment and Advance admits it then, not a moment before.
+func TestAdaptiveFractionalPermitWakesAWaiter(t *testing.T) {
+	core := must(admission.NewAdaptive(admission.AdaptiveConfig{
+		Algorithm:    &recorder{next: func(cur float64, w limit.Window) float64 { return cur }},
+		InitialLimit: 1.5, MinLimit: 1, MaxLimit: 4, QueueDepth: 4, MaxWait: 10 * time.Second,
+	}))
+	var ev admission.Events
+	offer := func(now time.Time) *admission.Ticket {
+		tk := &admission.Ticket{}
+		tk.Reset(admission.Request{}, now)
+		core.Offer(now, tk, &ev)
+		return tk
+	}
+	// One request of 40 ms teaches the mean hold, which bounds the credit.
+	warm := offer(t0)
+	core.Release(t0.Add(40*time.Millisecond), warm, admission.Success, &ev)
+	// 60 ms later the credit stands at 30 ms: a second request takes the lent permit, a third waits.
+	t1 := t0.Add(100 * time.Millisecond)
+	a, b, c := offer(t1), offer(t1), offer(t1)
+	if a.State() != admission.Admitted || b.State() != admission.Admitted || c.State() != admission.Pending {
+		t.Fatalf("states %v %v %v, want admitted, admitted (the lent permit), pending", a.State(), b.State(), c.State())
+	}
+	// Held 100 ms at half the rate it earns, the lent permit leaves the credit at -20 ms: its
+	// release does not admit the waiter, which gets it 40 ms later when the credit returns.
+	t2 := t1.Add(100 * time.Millisecond)
+	core.Release(t2, b, admission.Success, &ev)
+	if c.State() != admission.Pending {
+		t.Fatalf("waiter %v at the release, want still pending (credit spent)", c.State())
+	}
+	want := t2.Add(40*time.Millisecond + time.Microsecond)
+	if w := core.Wake(); !w.Equal(want) {
+		t.Fatalf("Wake %v, want %v (when the credit turns positive)", w.Sub(t0), want.Sub(t0))
+	}
+	core.Advance(want.Add(-2*time.Microsecond), &ev)
+	if c.State() != admission.Pending {
+		t.Fatal("admitted before the credit returned")
+	}
+	core.Advance(want, &ev)
+	if c.State() != admission.Admitted {
+		t.Fatalf("waiter %v when the credit returned, want admitted", c.State())
 	}
 }

@@ -15,7 +15,8 @@ package admission
 //     of zero or more. Every admitted ticket is released exactly once (by the driver).
 //   - In flight: never negative, and equal to the cost of the admitted, unreleased tickets. At
 //     every admission the cost in flight is within the permits (the limit rounded down, at
-//     least 1; for an adaptive limit, its value at that moment), or else the admitted ticket is
+//     least 1; for an adaptive limit, its value at that moment, plus the one permit its
+//     fractional part lends while that part's credit lasts), or else the admitted ticket is
 //     covered by the priority reservation and the reserved cost in flight is within
 //     floor(reserved x permits). Requests that are not covered never hold more than the permits
 //     at their admission. (A limit that shrinks later may leave more in flight than the new
@@ -199,8 +200,8 @@ func (c *checked) admissions(now time.Time, admitted []*Ticket, ev *Events, n in
 	if !ok || len(admitted) == 0 {
 		return
 	}
-	p := s.permits()
-	reserve := int64(math.Floor(s.prio.Reserved * float64(p)))
+	p := s.allowed()
+	reserve := int64(math.Floor(s.prio.Reserved * float64(s.permits())))
 	plain := false
 	for _, t := range admitted {
 		plain = plain || !s.important(t)

@@ -102,7 +102,7 @@ func NewInflight(c InflightConfig) (Core, error) {
 // controller, the adaptive strategy; with a controlled-delay discipline, CoDel.
 type semaphore struct {
 	name    string
-	limit   float64 // permits = floor(limit), at least 1
+	limit   float64 // permits = floor(limit), at least 1 (adaptive: and one more for a share of the time)
 	depth   int64
 	maxWait time.Duration
 	// depthPerLimit and waitPerRTT (adaptive only, 0 when unused) make the queue follow the
@@ -119,6 +119,17 @@ type semaphore struct {
 
 	adapt *controller // nil: a fixed limit
 	codel *codel      // nil: a plain FIFO queue with maxWait
+
+	// An adaptive limit's fractional part is enforced as a share of time: one permit beyond
+	// floor(limit) may be taken while partCredit is positive. The credit grows at the rate of
+	// the fractional part while no one holds that permit and shrinks at the rate of the rest
+	// while someone does, within plus or minus meanHold; so a limit of 4.5 keeps a fifth request
+	// in flight about half the time instead of never. Between a limit and the next whole number
+	// the upstream then serves the limit the algorithm chose, not the one below it: a backend
+	// of W workers at a limit of W + 0.5 keeps a queue half the time, and a hand-off that
+	// crosses a second proxy (Envoy's ext_proc stream) idles a worker only the other half.
+	partCredit float64   // nanoseconds
+	partAt     time.Time // when partCredit was last brought up to date
 }
 
 func (s *semaphore) Name() string { return s.name }
@@ -127,13 +138,66 @@ func (s *semaphore) permits() int64 {
 	return max(int64(s.limit), 1)
 }
 
+// part is the fractional part of an adaptive limit: 0 for a fixed one, and below a thousandth
+// (which would lend the permit once in hours).
+func (s *semaphore) part() float64 {
+	if s.adapt == nil || s.limit < 1 {
+		return 0
+	}
+	if f := s.limit - math.Floor(s.limit); f >= 1e-3 {
+		return f
+	}
+	return 0
+}
+
+// allowed is how many cost units may be in flight now: the permits, and the permit beyond them
+// while the fractional part's credit lasts.
+func (s *semaphore) allowed() int64 {
+	if s.partCredit > 0 && s.part() > 0 {
+		return s.permits() + 1
+	}
+	return s.permits()
+}
+
+// accrue brings the fractional part's credit up to now. It must run before anything that
+// changes what is in flight or the limit, so that each interval is charged at what held in it.
+func (s *semaphore) accrue(now time.Time) {
+	if s.adapt == nil {
+		return
+	}
+	if s.partAt.IsZero() || now.Before(s.partAt) {
+		s.partAt = now
+		return
+	}
+	dt := float64(now.Sub(s.partAt))
+	s.partAt = now
+	rate := s.part()
+	if s.inUse > s.permits() {
+		rate -= 1
+	}
+	bound := float64(s.meanHold)
+	s.partCredit = min(max(s.partCredit+rate*dt, -bound), bound)
+}
+
+// partReady is when the credit has turned positive if nothing changes before (a microsecond
+// after it crosses zero, so that it is positive then), or zero when it is positive already, or
+// will not turn.
+func (s *semaphore) partReady() time.Time {
+	rate := s.part()
+	if s.adapt == nil || s.partCredit > 0 || rate <= 0 || s.inUse > s.permits() || s.partAt.IsZero() {
+		return time.Time{}
+	}
+	wait := min(math.Ceil(-s.partCredit/rate), float64(time.Hour))
+	return s.partAt.Add(time.Duration(wait) + time.Microsecond)
+}
+
 func (s *semaphore) important(t *Ticket) bool {
 	return s.prio.Reserved > 0 && clampPriority(t.Req.Priority) <= s.prio.ReservedFor
 }
 
 // fits reports whether t may take permits now: under the limit, or within the reserved share.
 func (s *semaphore) fits(t *Ticket) bool {
-	if s.inUse+t.cost <= s.permits() {
+	if s.inUse+t.cost <= s.allowed() {
 		return true
 	}
 	return s.important(t) && s.importants+t.cost <= int64(math.Floor(s.prio.Reserved*float64(s.permits())))
@@ -155,8 +219,9 @@ func (s *semaphore) Offer(now time.Time, t *Ticket, ev *Events) Verdict {
 		t.refuse(r)
 		return Refused
 	}
+	s.accrue(now)
 	t.cost = min(t.Req.cost(), s.permits())
-	if s.adapt != nil && s.inUse+t.cost > s.permits() && s.q.len() == 0 {
+	if s.adapt != nil && s.inUse+t.cost > s.allowed() && s.q.len() == 0 {
 		// Slow start: grow on demand rather than shed while the limit is still being found.
 		s.limit = s.adapt.grow(now, s.limit, float64(s.inUse+t.cost))
 	}
@@ -239,6 +304,7 @@ func (s *semaphore) retryAfter() time.Duration {
 }
 
 func (s *semaphore) Release(now time.Time, t *Ticket, o Outcome, ev *Events) {
+	s.accrue(now)
 	s.inUse -= t.cost
 	if s.important(t) {
 		s.importants -= t.cost
@@ -299,12 +365,14 @@ func (s *semaphore) Cancel(now time.Time, t *Ticket, ev *Events) {
 	if t.state != Pending {
 		return
 	}
+	s.accrue(now)
 	s.q.remove(t)
 	t.state = Cancelled
 	s.grant(now, ev) // a heavy head that left may unblock lighter waiters
 }
 
 func (s *semaphore) Advance(now time.Time, ev *Events) {
+	s.accrue(now)
 	s.q.expire(now, s.name, ev)
 	s.grant(now, ev)
 }
@@ -313,6 +381,10 @@ func (s *semaphore) Wake() time.Time {
 	w := s.q.nextExpiry()
 	if s.codel != nil {
 		w = earliest(w, s.codel.wake(&s.q))
+	}
+	if s.q.len() > 0 {
+		// A waiter may take the permit beyond the whole ones when its credit returns.
+		w = earliest(w, s.partReady())
 	}
 	return w
 }

@@ -2,7 +2,8 @@
 // estimator. Everything here is pure: a window of samples in, a new limit out. No locks, no
 // clock, no metrics, no goroutines; the enforcing strategy (admission's adaptive strategy)
 // gathers the windows, owns the estimator, clamps every result to [minLimit, maxLimit] and
-// enforces floor(limit).
+// enforces it: floor(limit) permits always, and one more for the fractional part's share of the
+// time.
 //
 // # Algorithms
 //

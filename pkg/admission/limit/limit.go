@@ -35,8 +35,9 @@ func (w Window) served(minRTT float64) (float64, bool) {
 type Algorithm interface {
 	// Name is the algorithm's configuration name (NameAIMD, NameVegas, ...).
 	Name() string
-	// Update returns the next limit. The caller clamps it to [min, max] and floors it for
-	// enforcement, so Update may return fractional values.
+	// Update returns the next limit. The caller clamps it to [min, max] and enforces its whole
+	// part always and its fractional part as a share of time (one permit more for that share),
+	// so Update may return fractional values.
 	Update(limit float64, w Window) float64
 }
 
