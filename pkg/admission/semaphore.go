@@ -184,7 +184,7 @@ func (s *semaphore) accrue(now time.Time) {
 // will not turn.
 func (s *semaphore) partReady() time.Time {
 	rate := s.part()
-	if s.adapt == nil || s.partCredit > 0 || rate <= 0 || s.inUse > s.permits() || s.partAt.IsZero() {
+	if s.partCredit > 0 || rate <= 0 || s.inUse > s.permits() || s.partAt.IsZero() {
 		return time.Time{}
 	}
 	wait := min(math.Ceil(-s.partCredit/rate), float64(time.Hour))
