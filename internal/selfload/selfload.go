@@ -14,8 +14,11 @@
 //     upstream's answer wakes: that one is measured by a probe (a byte through a pipe every
 //     Tick/5, and the time until the goroutine reading it runs), because the scheduling latency
 //     misses the time a ready connection waits for the network poller, which on a saturated
-//     core is as long again. The gate takes the delay off each upstream latency sample, so the
-//     adaptive limit judges the upstream alone.
+//     core is as long again. The probe runs only while the process used ProbeBusy or more of
+//     its CPU in the last tick: below that its goroutines seldom wait behind each other, and
+//     the probe's fifty wake-ups a second would be about half of what an idle sidecar spends.
+//     The gate takes the delay off each upstream latency sample, so the adaptive limit judges
+//     the upstream alone.
 //   - Saturated reports a delay of SaturatedAbove or more, or a throttled share of the tick's
 //     CFS periods of a tenth or more (a gauge and an alert rule show it).
 //   - Shed is the share of new requests to refuse at the door (503, reason sidecar_overload)
@@ -52,6 +55,10 @@ const Tick = 100 * time.Millisecond
 // (The proxy's own HTTP/1.1 client has only the I/O wake-up: for its exchanges the delay is
 // overestimated, which errs towards not shrinking the limit while the sidecar is saturated.)
 const Hops = 3
+
+// ProbeBusy is the share of its CPU (GOMAXPROCS) the process must have used in a tick for the
+// I/O probe to run in the next one.
+const ProbeBusy = 0.25
 
 // Config tunes the monitor.
 type Config struct {
@@ -148,7 +155,7 @@ func New(cfg Config, src Source) *Monitor {
 	}
 	var probe *ioProbe
 	if src.IOWait == nil {
-		probe = &ioProbe{}
+		probe = &ioProbe{kick: make(chan struct{}, 1)}
 		src.IOWait = probe.read
 	}
 	m := &Monitor{cfg: cfg, src: src, probe: probe}
@@ -255,6 +262,9 @@ func (m *Monitor) Tick() Readings {
 		r.Busy = float64(used-m.prevUsed) / (float64(wall) * float64(max(m.src.Procs(), 1)))
 	}
 	m.prevUsed, m.prevAt = used, now
+	if m.probe != nil {
+		m.probe.enable(r.Busy >= ProbeBusy)
+	}
 
 	shed := m.Shed()
 	switch above := m.cfg.ShedAbove; {
@@ -284,13 +294,26 @@ func (m *Monitor) Tick() Readings {
 type ioProbe struct {
 	total atomic.Int64 // nanoseconds
 	n     atomic.Uint64
+	on    atomic.Bool   // probes are sent (Tick sets it from the process's busy share)
+	kick  chan struct{} // tells run that on changed (buffered: one pending kick is enough)
+}
+
+// enable turns the probes on or off.
+func (p *ioProbe) enable(on bool) {
+	if p.on.Swap(on) != on {
+		select {
+		case p.kick <- struct{}{}:
+		default:
+		}
+	}
 }
 
 func (p *ioProbe) read() (time.Duration, uint64) {
 	return time.Duration(p.total.Load()), p.n.Load()
 }
 
-// run sends a probe every interval (while none is on its way) until ctx ends.
+// run sends a probe every interval (while none is on its way, and while the probes are on)
+// until ctx ends.
 func (p *ioProbe) run(ctx context.Context, every time.Duration) {
 	r, w, err := os.Pipe()
 	if err != nil {
@@ -314,12 +337,24 @@ func (p *ioProbe) run(ctx context.Context, every time.Duration) {
 	defer w.Close()
 	t := time.NewTicker(every)
 	defer t.Stop()
+	if !p.on.Load() {
+		t.Stop()
+	}
 	one := []byte{0}
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-p.kick:
+			if p.on.Load() {
+				t.Reset(every)
+			} else {
+				t.Stop()
+			}
 		case <-t.C:
+			if !p.on.Load() {
+				continue // due as the probes were turned off
+			}
 			if sent.Load() != 0 {
 				continue // the last one has not been read yet: it is still being measured
 			}

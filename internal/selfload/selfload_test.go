@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 )
@@ -206,26 +207,101 @@ func TestTheAnswersWakeUpIsMeasuredByTheProbe(t *testing.T) {
 	}
 }
 
-// TestTheProbeRunsUntilItsContextEnds: Run's probe sends bytes through its pipe and counts them,
-// and stops when the context ends.
-func TestTheProbeRunsUntilItsContextEnds(t *testing.T) {
-	m := New(Config{}, Source{Sched: newFakeSched().read, CPUStat: (&fakeCPU{}).read})
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() { defer close(done); m.Run(ctx, 10*time.Millisecond) }()
-	deadline := time.Now().Add(10 * time.Second) // a guard against a hang, not a timing
-	for {
-		if _, n := m.probe.read(); n >= 3 {
-			break
-		}
+// busySwitch is a process whose CPU time runs at the wall clock's pace while busy is set (one
+// CPU fully used) and stands still otherwise; it counts the ticks that read it.
+type busySwitch struct {
+	mu    sync.Mutex
+	busy  bool
+	used  time.Duration
+	last  time.Time
+	ticks int
+}
+
+func (b *busySwitch) cpuTime() time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := time.Now()
+	if b.busy && !b.last.IsZero() {
+		b.used += now.Sub(b.last)
+	}
+	b.last = now
+	b.ticks++
+	return b.used
+}
+
+func (b *busySwitch) set(busy bool) {
+	b.cpuTime()
+	b.mu.Lock()
+	b.busy = busy
+	b.ticks = 0
+	b.mu.Unlock()
+}
+
+func (b *busySwitch) ticked() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.ticks
+}
+
+// waitFor polls cond until it holds; the bound is a guard against a hang, not a timing.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatal("no three probes in 10 s")
+			t.Fatalf("%s: not within 10 s", what)
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// TestTheProbeRunsWhileTheProcessIsBusy: Run's probe sends bytes through its pipe and counts
+// them while the process is busy, sends none while it is idle (its wake-ups would be most of an
+// idle sidecar's CPU), and stops when the context ends.
+func TestTheProbeRunsWhileTheProcessIsBusy(t *testing.T) {
+	proc := &busySwitch{}
+	m := New(Config{}, Source{Sched: newFakeSched().read, CPUStat: (&fakeCPU{}).read, CPUTime: proc.cpuTime,
+		Procs: func() int { return 1 }})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); m.Run(ctx, 10*time.Millisecond) }()
+
+	// Idle: ten ticks, in which a probe every 2 ms would have sent dozens.
+	waitFor(t, "ten idle ticks", func() bool { return proc.ticked() >= 10 })
+	if _, n := m.probe.read(); n != 0 {
+		t.Fatalf("idle: %d probes, want none", n)
+	}
+	proc.set(true)
+	waitFor(t, "three probes while busy", func() bool { _, n := m.probe.read(); return n >= 3 })
 	if total, n := m.probe.read(); total < 0 || n < 3 {
 		t.Fatalf("probes: %d totalling %v", n, total)
 	}
+	// Idle again: after the tick that sees it, at most the probe already on its way comes
+	// through (two ticks, so the second is wholly after the probes were turned off).
+	proc.set(false)
+	waitFor(t, "two idle ticks", func() bool { return proc.ticked() >= 2 })
+	_, before := m.probe.read()
+	waitFor(t, "ten more idle ticks", func() bool { return proc.ticked() >= 12 })
+	if _, n := m.probe.read(); n > before+1 {
+		t.Fatalf("idle again: %d probes after %d, want at most one more", n, before)
+	}
 	cancel()
 	<-done
+}
+
+// TestTickTurnsTheProbeOnAboveProbeBusy: the probe follows the last tick's busy share.
+func TestTickTurnsTheProbeOnAboveProbeBusy(t *testing.T) {
+	proc, sched, cpu := &fakeProc{now: time.Unix(1000, 0)}, newFakeSched(), &fakeCPU{}
+	src := proc.source(sched, cpu)
+	m := New(Config{}, Source{Sched: src.Sched, CPUStat: src.CPUStat, CPUTime: src.CPUTime, Now: src.Now, Procs: src.Procs})
+	for i, step := range []struct {
+		busy float64
+		on   bool
+	}{{0.05, false}, {ProbeBusy, true}, {0.9, true}, {ProbeBusy - 0.01, false}, {0, false}, {1, true}} {
+		proc.tick(step.busy)
+		m.Tick()
+		if got := m.probe.on.Load(); got != step.on {
+			t.Fatalf("tick %d at %.2f busy: probe on %v, want %v", i, step.busy, got, step.on)
+		}
+	}
 }
