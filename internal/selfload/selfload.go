@@ -16,7 +16,7 @@
 //     misses the time a ready connection waits for the network poller, which on a saturated
 //     core is as long again. The probe runs only while the process used ProbeBusy or more of
 //     its CPU in the last tick: below that its goroutines seldom wait behind each other, and
-//     the probe's fifty wake-ups a second would be about half of what an idle sidecar spends.
+//     the probe's fifty wake-ups a second were two fifths of what an idle sidecar spent.
 //     The gate takes the delay off each upstream latency sample, so the adaptive limit judges
 //     the upstream alone.
 //   - Saturated reports a delay of SaturatedAbove or more, or a throttled share of the tick's
