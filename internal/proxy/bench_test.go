@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -62,4 +63,27 @@ func BenchmarkProxyRoundTrip(b *testing.B) {
 			roundTrips(b, front.URL+"/")
 		})
 	}
+	// The data port as the sidecar serves it: the fast path for these requests.
+	cfg, err := config.Parse([]byte("listen: 127.0.0.1:0\nadminListen: 127.0.0.1:0\nupstream: " + up.URL + "\nadmission: {strategy: none}\n"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := New(cfg, Options{SelfLoad: idleSelf{}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := s.Listen(); err != nil {
+		b.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ctx) }()
+	defer func() {
+		stop()
+		if err := <-served; err != nil {
+			b.Error(err)
+		}
+	}()
+	data, _ := s.Addrs()
+	b.Run("none-served", func(b *testing.B) { roundTrips(b, "http://"+data+"/") })
 }

@@ -244,6 +244,9 @@ func unwrapConn(c net.Conn) *trackedConn {
 	if tc, ok := c.(*tls.Conn); ok {
 		c = tc.NetConn()
 	}
+	if pc, ok := c.(*prefixedConn); ok {
+		c = pc.Conn
+	}
 	tc, _ := c.(*trackedConn)
 	return tc
 }

@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"context"
+	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"sync"
 	"testing"
@@ -48,13 +50,31 @@ func newProxy(t testing.TB, yaml string, opts Options) *running {
 }
 
 // frontProxy builds a proxy from YAML and serves its data handler on an httptest server, closed
-// when the test ends.
+// when the test ends. As on the proxy's cleartext data port, the fast path (h1Server) serves
+// the common exchange and hands every other connection to the httptest server.
 func frontProxy(t testing.TB, yaml string) *running {
 	t.Helper()
 	r := newProxy(t, yaml, Options{})
-	r.front = httptest.NewServer(r.srv.Handler())
-	t.Cleanup(r.front.Close)
+	r.front = fastFront(t, r.srv.Handler())
 	return r
+}
+
+// fastFront serves h on an httptest server behind the fast path, closed when the test ends.
+func fastFront(t testing.TB, h http.Handler) *httptest.Server {
+	t.Helper()
+	front := httptest.NewUnstartedServer(h)
+	ln := front.Listener
+	fast := newH1Server(h, front.Config, newConnTracker(1<<20, 1<<20), slog.New(slog.DiscardHandler), ln.Addr())
+	front.Listener = fast.handoff
+	front.Start()
+	served := make(chan error, 1)
+	go func() { served <- fast.serve(ln) }()
+	t.Cleanup(func() {
+		fast.close()
+		<-served
+		front.Close()
+	})
+	return front
 }
 
 // serveProxy builds a proxy from YAML (opts may name its file) and runs Serve on its own

@@ -58,6 +58,7 @@ type Server struct {
 	draining atomic.Bool
 
 	data, admin     *http.Server
+	fast            *h1Server    // the data port's fast path, in cleartext
 	dataLn, adminLn net.Listener // no dataLn: the other doors only (listen is empty)
 	openDoors       []gate.OpenDoor
 	doors           []gate.Door
@@ -298,10 +299,17 @@ func (s *Server) Serve(ctx context.Context) error {
 		ReadTimeout:       10 * time.Second,
 		IdleTimeout:       60 * time.Second,
 	}
-	errc := make(chan error, 2+len(s.doors))
+	errc := make(chan error, 3+len(s.doors))
 	listen := "" // none: the other doors only
 	if s.dataLn != nil {
 		listen = s.dataLn.Addr().String()
+		if s.certs == nil {
+			// In cleartext the common exchange is served by the fast path, which hands every
+			// other connection to net/http's server.
+			s.fast = newH1Server(s.h, s.data, s.conns, s.log, s.dataLn.Addr())
+			go func() { errc <- serveErr("data", s.data.Serve(s.fast.handoff)) }()
+			serveData = func() error { return s.fast.serve(s.dataLn) }
+		}
 		go func() { errc <- serveErr("data", serveData()) }()
 	}
 	go func() { errc <- serveErr("admin", s.admin.Serve(s.adminLn)) }()
@@ -327,6 +335,9 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 	select {
 	case err := <-errc:
+		if s.fast != nil {
+			s.fast.close()
+		}
 		s.data.Close()
 		s.admin.Close()
 		for _, d := range s.doors {
@@ -385,10 +396,20 @@ func (s *Server) shutdown() error {
 	for _, d := range s.doors {
 		go func() { doorErrs <- d.Shutdown(hard) }()
 	}
+	fastErr := make(chan error, 1)
+	if s.fast != nil {
+		go func() { fastErr <- s.fast.shutdown(hard) }()
+	} else {
+		fastErr <- nil
+	}
 	err := s.data.Shutdown(hard)
 	if err != nil {
 		s.log.Warn("in-flight requests did not finish in time; closing", "err", err)
 		s.data.Close()
+	}
+	if ferr := <-fastErr; ferr != nil {
+		s.log.Warn("in-flight requests did not finish in time; closed", "err", ferr)
+		err = cmp.Or(err, ferr)
 	}
 	for range s.doors {
 		if derr := <-doorErrs; derr != nil {
