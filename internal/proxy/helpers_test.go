@@ -64,7 +64,7 @@ func fastFront(t testing.TB, h http.Handler) *httptest.Server {
 	t.Helper()
 	front := httptest.NewUnstartedServer(h)
 	ln := front.Listener
-	fast := newH1Server(h, front.Config, newConnTracker(1<<20, 1<<20), slog.New(slog.DiscardHandler), ln.Addr())
+	fast := newH1Server(h, front.Config, newConnTracker(1<<20, 1<<20), slog.New(slog.DiscardHandler), ln.Addr(), 10*time.Second)
 	front.Listener = fast.handoff
 	front.Start()
 	served := make(chan error, 1)

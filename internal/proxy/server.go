@@ -303,10 +303,10 @@ func (s *Server) Serve(ctx context.Context) error {
 	listen := "" // none: the other doors only
 	if s.dataLn != nil {
 		listen = s.dataLn.Addr().String()
-		if s.certs == nil {
+		if s.certs == nil && cfg.Server.FastPath {
 			// In cleartext the common exchange is served by the fast path, which hands every
 			// other connection to net/http's server.
-			s.fast = newH1Server(s.h, s.data, s.conns, s.log, s.dataLn.Addr())
+			s.fast = newH1Server(s.h, s.data, s.conns, s.log, s.dataLn.Addr(), cfg.Server.WriteIdleTimeout.D())
 			go func() { errc <- serveErr("data", s.data.Serve(s.fast.handoff)) }()
 			serveData = func() error { return s.fast.serve(s.dataLn) }
 		}
