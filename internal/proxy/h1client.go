@@ -157,12 +157,10 @@ func (c *h1Conn) exchange(ctx context.Context, req *http.Request) (*http.Respons
 	// The header timeout's deadline is set before the context can end the exchange: set after,
 	// it could replace the past deadline that ended it, and the exchange would wait on.
 	if t := c.cl.headerTimeout; t > 0 {
-		// The deadline in force is moved only when less than the header timeout is left of it
-		// (moving it costs a timer's update): an answer's headers get between the timeout and
-		// nine eighths of it.
-		if now := time.Now(); c.deadline.IsZero() || c.deadline.Sub(now) < t {
-			c.deadline = now.Add(t + t/8)
-			c.conn.SetReadDeadline(c.deadline)
+		// An answer's headers get between the timeout and nine eighths of it (nextDeadline).
+		if at, move := nextDeadline(c.deadline, time.Now(), t); move {
+			c.deadline = at
+			c.conn.SetReadDeadline(at)
 		}
 	}
 	stop := context.AfterFunc(ctx, func() {
@@ -228,8 +226,9 @@ func (c *h1Conn) exchange(ctx context.Context, req *http.Request) (*http.Respons
 
 // writeRequest writes the head of a body-less request as Request.Write does (request line,
 // Host, User-Agent, Connection: close if asked, the other fields), with the same handling of
-// the host (an invalid one is sent empty) and the same check of the request target, but without formatting through fmt or sorting the fields. The
-// header's names and values were checked by RoundTrip.
+// the host (an invalid one is sent empty) and the same check of the request target, but
+// without formatting through fmt or sorting the fields. The header's names and values were
+// checked by RoundTrip.
 func writeRequest(bw *bufio.Writer, req *http.Request) error {
 	host := req.Host
 	if host == "" {

@@ -238,11 +238,10 @@ type h1ServerConn struct {
 	work chan *http.Request // reader to writer: the request to answer
 	done chan bool          // writer to reader: answered; true: close the connection
 
-	// Under mu: the writer is done with the request (wDone), and wants the connection closed
-	// (closing); the read deadline is only moved under mu once a request is in progress.
+	// Under mu: the writer is done with the request (wDone), and aborted the connection
+	// (aborted); the read deadline is only moved under mu once a request is in progress.
 	mu      sync.Mutex
 	wDone   bool
-	closing bool
 	aborted bool
 
 	// readDeadline is the read deadline in force, once a request is in progress (under mu).
@@ -436,9 +435,6 @@ func (c *h1ServerConn) handOff() {
 		buf, _ := c.br.Peek(n)
 		pc.prefix = bytes.Clone(buf)
 	}
-	c.mu.Lock()
-	c.closing = true // the reader is gone: nothing to close for the writer
-	c.mu.Unlock()
 	c.handedOff = true
 	if !c.srv.handoff.give(pc) {
 		c.c.Close()
@@ -482,36 +478,27 @@ func (c *h1ServerConn) write() {
 	}()
 	for req := range c.work {
 		closing := c.answer(req)
+		if !closing {
+			c.state.Store(h1Idle)
+			c.srv.conns.connState(c.c, http.StateIdle)
+			// Shutting down as the answer went out: no next request.
+			closing = c.srv.shutting.Load() && c.state.CompareAndSwap(h1Idle, h1Closing)
+		}
 		c.mu.Lock()
 		c.wDone = true
 		if closing {
-			c.closing = true
 			c.readDeadline = aLongTimeAgo
 			_ = c.c.SetReadDeadline(aLongTimeAgo) // wakes the reader
 		} else {
 			c.idleDeadline()
 		}
 		c.mu.Unlock()
-		if !closing {
-			c.state.Store(h1Idle)
-			c.srv.conns.connState(c.c, http.StateIdle)
-			if c.srv.shutting.Load() && c.state.CompareAndSwap(h1Idle, h1Closing) {
-				// Shutting down as the answer went out: no next request.
-				closing = true
-				c.mu.Lock()
-				c.closing = true
-				c.readDeadline = aLongTimeAgo
-				_ = c.c.SetReadDeadline(aLongTimeAgo)
-				c.mu.Unlock()
-			}
-		}
 		c.done <- closing
 	}
 }
 
 // idleDeadline gives the connection between idleTimeout and nine eighths of it to send its
-// next request. The deadline is moved only when less than idleTimeout is left of it: moving
-// it after every answer costs a timer's update each time.
+// next request (nextDeadline).
 func (c *h1ServerConn) idleDeadline() {
 	idle := c.srv.idleTimeout
 	if idle <= 0 {
@@ -521,11 +508,21 @@ func (c *h1ServerConn) idleDeadline() {
 		}
 		return
 	}
-	now := time.Now()
-	if c.readDeadline.IsZero() || c.readDeadline.Sub(now) < idle {
-		c.readDeadline = now.Add(idle + idle/8)
-		_ = c.c.SetReadDeadline(c.readDeadline)
+	if at, move := nextDeadline(c.readDeadline, time.Now(), idle); move {
+		c.readDeadline = at
+		_ = c.c.SetReadDeadline(at)
 	}
+}
+
+// nextDeadline returns where a deadline now in force at cur (zero: none) must move to bound
+// what follows by d, and whether it must move at all: only when less than d is left of it,
+// since moving it costs a timer's update. It then moves to nine eighths of d from now, so
+// what it bounds gets between d and nine eighths of it.
+func nextDeadline(cur, now time.Time, d time.Duration) (time.Time, bool) {
+	if !cur.IsZero() && cur.Sub(now) >= d {
+		return cur, false
+	}
+	return now.Add(d + d/8), true
 }
 
 // answer runs the handler for req and sends its answer; it reports whether the connection
@@ -538,23 +535,25 @@ func (c *h1ServerConn) answer(req *http.Request) (closing bool) {
 			if rec != http.ErrAbortHandler {
 				c.srv.log.Error("handler panic", "panic", rec, "url", req.URL.Path)
 			}
-			c.mu.Lock()
-			c.aborted = true
-			c.mu.Unlock()
-			c.c.Close()
-			closing = true
+			closing = c.abort()
 		}
 		w.req = nil
 	}()
 	c.srv.handler.ServeHTTP(w, req)
 	if err := w.finish(); err != nil {
-		c.mu.Lock()
-		c.aborted = true
-		c.mu.Unlock()
-		c.c.Close()
-		return true
+		return c.abort()
 	}
 	return w.closeAfter
+}
+
+// abort closes the connection at once, with no pause (linger): the answer on it is broken. It
+// returns true, the connection closing.
+func (c *h1ServerConn) abort() bool {
+	c.mu.Lock()
+	c.aborted = true
+	c.mu.Unlock()
+	c.c.Close()
+	return true
 }
 
 // deadlineWriter writes to the connection with the latest write deadline the handler set in

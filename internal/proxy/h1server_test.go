@@ -420,3 +420,25 @@ func TestAcceptRetry(t *testing.T) {
 		}
 	}
 }
+
+// TestNextDeadline: a deadline moves only when less than its bound is left, and then to nine
+// eighths of the bound from now.
+func TestNextDeadline(t *testing.T) {
+	now := time.Unix(1000, 0)
+	d := 8 * time.Second
+	for _, c := range []struct {
+		cur  time.Time
+		want time.Time
+		move bool
+	}{
+		{time.Time{}, now.Add(9 * time.Second), true},
+		{now.Add(8 * time.Second), now.Add(8 * time.Second), false},
+		{now.Add(9 * time.Second), now.Add(9 * time.Second), false},
+		{now.Add(7 * time.Second), now.Add(9 * time.Second), true},
+		{now.Add(-time.Second), now.Add(9 * time.Second), true},
+	} {
+		if got, move := nextDeadline(c.cur, now, d); !got.Equal(c.want) || move != c.move {
+			t.Errorf("from %v: %v, %v; want %v, %v", c.cur.Sub(now), got.Sub(now), move, c.want.Sub(now), c.move)
+		}
+	}
+}
