@@ -32,27 +32,13 @@ func fastAndStd(t *testing.T, h http.Handler, tune func(*http.Server)) (fast, st
 		h.ServeHTTP(w, r)
 	})
 	plain := httptest.NewUnstartedServer(h)
-	front := httptest.NewUnstartedServer(counted)
 	if tune != nil {
 		tune(plain.Config)
-		tune(front.Config)
 	}
 	plain.Start()
 	t.Cleanup(plain.Close)
-	ln := front.Listener
-	s := newH1Server(counted, front.Config, newConnTracker(1<<20, 1<<20), slog.New(slog.DiscardHandler), ln.Addr(), 10*time.Second)
-	front.Listener = s.handoff
-	front.Start()
-	done := make(chan error, 1)
-	go func() { done <- s.serve(ln) }()
-	t.Cleanup(func() {
-		s.close()
-		if err := <-done; !errors.Is(err, http.ErrServerClosed) {
-			t.Errorf("serve: %v", err)
-		}
-		front.Close()
-	})
-	return ln.Addr().String(), plain.Listener.Addr().String(), served
+	front := fastFront(t, counted, tune)
+	return front.Listener.Addr().String(), plain.Listener.Addr().String(), served
 }
 
 // exchangeRaw writes raw on a new connection to addr and reads the answers to n requests.

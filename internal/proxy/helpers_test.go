@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -55,14 +56,18 @@ func newProxy(t testing.TB, yaml string, opts Options) *running {
 func frontProxy(t testing.TB, yaml string) *running {
 	t.Helper()
 	r := newProxy(t, yaml, Options{})
-	r.front = fastFront(t, r.srv.Handler())
+	r.front = fastFront(t, r.srv.Handler(), nil)
 	return r
 }
 
-// fastFront serves h on an httptest server behind the fast path, closed when the test ends.
-func fastFront(t testing.TB, h http.Handler) *httptest.Server {
+// fastFront serves h on an httptest server behind the fast path, closed when the test ends;
+// tune, if not nil, sets the server's timeouts first.
+func fastFront(t testing.TB, h http.Handler, tune func(*http.Server)) *httptest.Server {
 	t.Helper()
 	front := httptest.NewUnstartedServer(h)
+	if tune != nil {
+		tune(front.Config)
+	}
 	ln := front.Listener
 	fast := newH1Server(h, front.Config, newConnTracker(1<<20, 1<<20), slog.New(slog.DiscardHandler), ln.Addr(), 10*time.Second)
 	front.Listener = fast.handoff
@@ -71,7 +76,9 @@ func fastFront(t testing.TB, h http.Handler) *httptest.Server {
 	go func() { served <- fast.serve(ln) }()
 	t.Cleanup(func() {
 		fast.close()
-		<-served
+		if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+			t.Errorf("fast path: %v", err)
+		}
 		front.Close()
 	})
 	return front
