@@ -63,6 +63,21 @@ type Config struct {
 	Reload  Reload   `yaml:"reload"`
 	// ExtProc serves Envoy's external processor protocol beside (or instead of) the data port.
 	ExtProc ExtProc `yaml:"extProc"`
+
+	// warnings are what the file asked for that is accepted but has no effect.
+	warnings []string
+}
+
+// Warnings lists, one line each, what the configuration asked for that is accepted but has no
+// effect (deprecated keys), for the proxy to log when it loads the file.
+func (c *Config) Warnings() []string { return c.warnings }
+
+// deprecate clears the deprecated keys the file set, each with a warning.
+func (c *Config) deprecate() {
+	if c.Server.FastPath != nil {
+		c.warnings = append(c.warnings, "server.fastPath is deprecated and ignored: every exchange goes through net/http; remove the key")
+		c.Server.FastPath = nil
+	}
 }
 
 // Upstream protocols.
@@ -144,10 +159,11 @@ type Server struct {
 	// MaxConnectionsPerSource caps the connections of one client address (0: no cap); a new
 	// connection over it is closed at once.
 	MaxConnectionsPerSource int `yaml:"maxConnectionsPerSource"`
-	// FastPath: on a cleartext data port, the common exchange (a body-less GET or HEAD over
-	// HTTP/1.1) is served by the proxy's own HTTP/1.1 loop, everything else by net/http's
-	// server; false serves every request with net/http (see README "Efficiency").
-	FastPath bool `yaml:"fastPath"`
+	// FastPath is deprecated and ignored: it switched a hand-written HTTP/1.1 server and client
+	// on, and every exchange now goes through net/http. It is still accepted, with a warning
+	// (Warnings), so that configurations written for the last release load and reload; it is
+	// cleared as the file is decoded.
+	FastPath *bool `yaml:"fastPath"`
 	// HTTP2 bounds what one HTTP/2 connection may ask for; its header list is bounded by
 	// maxHeaderBytes and its idle time by idleTimeout, as for HTTP/1.1.
 	HTTP2 HTTP2 `yaml:"http2"`
@@ -249,7 +265,6 @@ func Default() Config {
 			ResponseBufferBudget: 32 << 20,
 			WriteIdleTimeout:     Duration(10 * time.Second),
 			MaxConnections:       1024,
-			FastPath:             true,
 			HTTP2:                HTTP2{MaxConcurrentStreams: 250},
 			Saturation:           Saturation{Above: Duration(time.Millisecond), ShedAbove: Duration(50 * time.Millisecond)},
 		},
@@ -325,6 +340,7 @@ func ParseWith(data []byte, adjust func(*Config)) (*Config, error) {
 		strictDecode(doc, &c, &errs)
 	}
 	if len(errs.List) == 0 {
+		c.deprecate()
 		if adjust != nil {
 			adjust(&c)
 		}

@@ -154,3 +154,33 @@ func TestChainStageBlocksStartFromDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestFastPathDeprecated: server.fastPath, either value, still loads (a ConfigMap written for the
+// last release must reload) with one warning naming the key, and leaves the server settings as
+// if it were absent (a reload that only drops it changes nothing).
+func TestFastPathDeprecated(t *testing.T) {
+	base := "upstream: http://127.0.0.1:8080\n"
+	plain, err := Parse([]byte(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := plain.Warnings(); len(w) != 0 {
+		t.Fatalf("warnings without fastPath: %q", w)
+	}
+	for _, v := range []string{"true", "false"} {
+		c, err := Parse([]byte(base + "server:\n  fastPath: " + v + "\n"))
+		if err != nil {
+			t.Fatalf("fastPath: %s: %v", v, err)
+		}
+		w := c.Warnings()
+		if len(w) != 1 || !strings.Contains(w[0], "server.fastPath") || !strings.Contains(w[0], "ignored") {
+			t.Errorf("fastPath: %s: warnings %q, want one naming server.fastPath as ignored", v, w)
+		}
+		if c.Server != plain.Server {
+			t.Errorf("fastPath: %s: server settings %+v differ from %+v", v, c.Server, plain.Server)
+		}
+	}
+	if _, err := Parse([]byte(base + "server:\n  fastPath: sometimes\n")); err == nil || !strings.Contains(err.Error(), "fastPath") {
+		t.Errorf("a malformed fastPath: %v, want an error naming it", err)
+	}
+}

@@ -63,7 +63,7 @@ func BenchmarkProxyRoundTrip(b *testing.B) {
 			roundTrips(b, front.URL+"/")
 		})
 	}
-	// The data port as the sidecar serves it: the fast path for these requests.
+	// The data port as the sidecar serves it (its own listener, connection tracking and timeouts).
 	cfg, err := config.Parse([]byte("listen: 127.0.0.1:0\nadminListen: 127.0.0.1:0\nupstream: " + up.URL + "\nadmission: {strategy: none}\n"))
 	if err != nil {
 		b.Fatal(err)

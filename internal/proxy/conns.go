@@ -24,7 +24,7 @@ type connTracker struct {
 	mu       sync.Mutex
 	conns    map[*trackedConn]struct{}
 	perSrc   map[netip.Addr]int
-	room     chan struct{} // closed and replaced whenever a connection ends
+	room     chan struct{} // closed and replaced whenever a connection ends or turns idle
 	closed   bool
 	rejected int // connections closed at once for their source's cap
 	evicted  int // idle connections closed to make room
@@ -62,7 +62,7 @@ func (c *trackedConn) Close() error {
 }
 
 // listener wraps the data listener: at the cap, Accept closes the longest-idle connection to
-// make room, or waits for one to end (new connections wait in the kernel's backlog).
+// make room, or waits for one to end or turn idle (new connections wait in the kernel's backlog).
 func (t *connTracker) listener(ln net.Listener) net.Listener {
 	return &limitListener{Listener: ln, t: t}
 }
@@ -79,7 +79,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		// At the cap the new connection waits here, unserved (and the next ones in the kernel's
-		// backlog), until an idle connection is closed for it or one ends.
+		// backlog), until a connection ends, or one turns idle and is closed for it.
 		if err := l.t.waitForRoom(); err != nil {
 			c.Close()
 			return nil, err
@@ -155,6 +155,12 @@ func (t *connTracker) release(c *trackedConn) {
 	if t.perSrc[c.src]--; t.perSrc[c.src] <= 0 {
 		delete(t.perSrc, c.src)
 	}
+	t.signalRoom()
+}
+
+// signalRoom wakes the accept waiting at the cap: a connection ended, or one turned idle and may
+// be closed to make room. Called with t.mu held.
+func (t *connTracker) signalRoom() {
 	if !t.closed {
 		close(t.room)
 		t.room = make(chan struct{})
@@ -184,6 +190,7 @@ func (t *connTracker) connState(c net.Conn, s http.ConnState) {
 	switch s {
 	case http.StateIdle:
 		tc.idleSince = time.Now()
+		t.signalRoom() // an accept waiting at the cap may close this one for its connection
 	case http.StateActive, http.StateNew:
 		tc.idleSince = time.Time{}
 	}
@@ -243,9 +250,6 @@ func markHTTP2(r *http.Request) {
 func unwrapConn(c net.Conn) *trackedConn {
 	if tc, ok := c.(*tls.Conn); ok {
 		c = tc.NetConn()
-	}
-	if pc, ok := c.(*prefixedConn); ok {
-		c = pc.Conn
 	}
 	tc, _ := c.(*trackedConn)
 	return tc

@@ -69,6 +69,14 @@ func (h *handler) forward(w http.ResponseWriter, r *http.Request, pass *gate.Pas
 		h.upstreamFailed(&x.w, out, err)
 		return
 	}
+	if name, ok := invalidFieldName(res.Header); !ok {
+		// net/http read the field (it keeps names with spaces) but its server would not write
+		// it, and the answer is already framed by another field: passing it on, or mending it,
+		// could frame the answer differently from the upstream. The upstream is at fault.
+		res.Body.Close()
+		h.upstreamFailed(&x.w, out, fmt.Errorf("upstream answer has the invalid header field name %q", name))
+		return
+	}
 	if res.StatusCode == http.StatusSwitchingProtocols {
 		x.pass.Responded(res.StatusCode, time.Now(), true)
 		x.pass.Complete()
@@ -122,7 +130,11 @@ func (x *exchange) outbound(ctx context.Context) (*http.Request, error) {
 	out := in.WithContext(httptrace.WithClientTrace(ctx, &x.trace))
 	out.URL = &x.url
 	out.Header = hdr
-	out.Close = false
+	// A HEAD is answered on a connection of its own, closed after it: an upstream that sends a
+	// body with it (do_HEAD = do_GET) would otherwise leave that body on a pooled connection,
+	// where it could be read as the next client's answer before the Transport sees it arrive
+	// unasked. HEAD is rare; a connection to a local upstream is cheap.
+	out.Close = in.Method == http.MethodHead
 	out.RequestURI = ""
 	out.Host = ""
 	if cfg.PreserveHost {
@@ -187,8 +199,13 @@ func (x *exchange) informational(code int, header textproto.MIMEHeader) error {
 	if x.final {
 		return nil
 	}
+	// An informational answer's hop-by-hop fields describe the upstream's connection, as a final
+	// answer's do; it has no content, so no framing fields either.
+	h := http.Header(header)
+	dropHopHeaders(h)
+	delete(h, "Content-Length")
 	dst := x.w.Header()
-	addHeaders(dst, http.Header(header))
+	addHeaders(dst, h)
 	x.w.WriteHeader(code)
 	clear(dst) // what was written belongs to this answer only
 	return nil
@@ -233,13 +250,22 @@ func (x *exchange) respond(res *http.Response) {
 	dropHopHeaders(res.Header)
 	dst := x.w.Header()
 	addHeaders(dst, res.Header)
+	if _, typed := dst["Content-Type"]; !typed {
+		// The upstream named no type: none is added (net/http's server would sniff one from the
+		// body, and a type the upstream never sent can change how a client reads the content).
+		dst["Content-Type"] = nil
+	}
 	announced := len(res.Trailer)
 	if announced > 0 {
 		names := make([]string, 0, announced)
 		for name := range res.Trailer {
-			names = append(names, name)
+			if httpguts.ValidHeaderFieldName(name) {
+				names = append(names, name)
+			}
 		}
-		dst.Add("Trailer", strings.Join(names, ", "))
+		if len(names) > 0 {
+			dst.Add("Trailer", strings.Join(names, ", "))
+		}
 	}
 	x.w.WriteHeader(res.StatusCode)
 
@@ -264,6 +290,11 @@ func (x *exchange) respond(res *http.Response) {
 	if len(res.Trailer) > 0 {
 		// Trailers need a chunked (or HTTP/2) answer: flushing the headers commits to one.
 		x.w.Flush()
+		for name := range res.Trailer {
+			if !httpguts.ValidHeaderFieldName(name) {
+				delete(res.Trailer, name) // too late for a 502: the field is not passed on
+			}
+		}
 		if len(res.Trailer) == announced {
 			addHeaders(dst, res.Trailer)
 			return
@@ -427,6 +458,17 @@ func (b *heldBody) release() {
 	case *prefixedBody:
 		body.recycle()
 	}
+}
+
+// invalidFieldName returns the first field name in h that is not a valid token (RFC 9110 5.1),
+// such as one with a space before its colon, and false; or "", true when every name is valid.
+func invalidFieldName(h http.Header) (string, bool) {
+	for name := range h {
+		if !httpguts.ValidHeaderFieldName(name) {
+			return name, false
+		}
+	}
+	return "", true
 }
 
 // upgradeType is the protocol a message asks to switch to; empty when it asks for none.

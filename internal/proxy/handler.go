@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -66,6 +67,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Allow", "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS")
 		http.Error(w, "405 Method Not Allowed: CONNECT", http.StatusMethodNotAllowed)
 		h.gate.Count(door, r.Method, r.URL.Path, metrics.OutcomeClientError, http.StatusMethodNotAllowed)
+		return
+	}
+	if msg, ok := checkTarget(r); !ok {
+		// The gate judges the path the upstream receives: a target it could read differently
+		// (no leading slash, an opaque form) is refused rather than rewritten.
+		h.clientError(w, http.StatusBadRequest, msg, grpc)
+		h.gate.Count(door, r.Method, r.URL.Path, metrics.OutcomeClientError, http.StatusBadRequest)
 		return
 	}
 	start := time.Now()
@@ -199,10 +207,40 @@ func (h *handler) setUpstream(raw string) error {
 	return nil
 }
 
+// checkTarget checks the request target before the gate judges its path, so that the path a
+// route is matched on is the one the upstream receives, and no spelling of a target reaches a
+// route's path by a way the gate does not see. The path must begin with "/" (net/http resolves
+// an absolute-form target to its path; an empty one is "/", as the request line will carry), or
+// be "*" for OPTIONS; it may hold no dot-segment ("." or "..", escaped or not, with "/" or "\"
+// as the separator), which an upstream would resolve to a path the gate did not judge. Nothing
+// else is rewritten or refused ("//" passes as it is). It reports what is wrong and false
+// otherwise.
+func checkTarget(r *http.Request) (string, bool) {
+	u := r.URL
+	switch {
+	case u.Opaque != "":
+		return fmt.Sprintf("request target %q: the path must begin with /", r.RequestURI), false
+	case r.Method == http.MethodOptions && r.RequestURI == "*":
+		return "", true
+	case u.Path == "" && u.Host != "" && u.RawPath == "":
+		u.Path = "/"
+		return "", true
+	case !strings.HasPrefix(u.Path, "/"):
+		return fmt.Sprintf("request target %q: the path must begin with /", r.RequestURI), false
+	}
+	for seg := range strings.FieldsFuncSeq(u.Path, func(c rune) bool { return c == '/' || c == '\\' }) {
+		if seg == "." || seg == ".." {
+			return fmt.Sprintf("request target %q: the path has a dot-segment", r.RequestURI), false
+		}
+	}
+	return "", true
+}
+
 // refuse answers a request the gate did not admit: a shed gets its status, Retry-After (except
 // 403) and a short body naming the reason, or, to a gRPC call, a trailers-only answer with its
 // grpc-status and grpc-retry-pushback-ms; a client error 400 naming the header or 413; a
-// client that left gets nothing.
+// client that left while it waited 408 with Connection: close (gRPC: CANCELLED), as one that
+// leaves after admission: never the empty 200 net/http would send if nothing were written.
 func (h *handler) refuse(w http.ResponseWriter, err error, grpc bool) {
 	var rej *gate.Refusal
 	var bad *gate.ClientError
@@ -226,5 +264,13 @@ func (h *handler) refuse(w http.ResponseWriter, err error, grpc bool) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.WriteHeader(http.StatusBadRequest)
 		fmt.Fprintf(w, "400 Bad Request: %s\n", bad)
+	default:
+		// The client went away while it waited (the gate counted it as canceled).
+		if grpc {
+			writeGRPCStatus(w, gate.GRPCCanceled, "request canceled", "", "")
+			return
+		}
+		w.Header().Set("Connection", "close")
+		w.WriteHeader(http.StatusRequestTimeout)
 	}
 }

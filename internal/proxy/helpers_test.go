@@ -2,9 +2,6 @@ package proxy
 
 import (
 	"context"
-	"errors"
-	"log/slog"
-	"net/http"
 	"net/http/httptest"
 	"sync"
 	"testing"
@@ -50,38 +47,14 @@ func newProxy(t testing.TB, yaml string, opts Options) *running {
 	return &running{srv: s, reg: opts.Registry}
 }
 
-// frontProxy builds a proxy from YAML and serves its data handler on an httptest server, closed
-// when the test ends. As on the proxy's cleartext data port, the fast path (h1Server) serves
-// the common exchange and hands every other connection to the httptest server.
+// frontProxy builds a proxy from YAML and serves its data handler on an httptest server (net/http's
+// server, as on the proxy's data port), closed when the test ends.
 func frontProxy(t testing.TB, yaml string) *running {
 	t.Helper()
 	r := newProxy(t, yaml, Options{})
-	r.front = fastFront(t, r.srv.Handler(), nil)
+	r.front = httptest.NewServer(r.srv.Handler())
+	t.Cleanup(r.front.Close)
 	return r
-}
-
-// fastFront serves h on an httptest server behind the fast path, closed when the test ends;
-// tune, if not nil, sets the server's timeouts first.
-func fastFront(t testing.TB, h http.Handler, tune func(*http.Server)) *httptest.Server {
-	t.Helper()
-	front := httptest.NewUnstartedServer(h)
-	if tune != nil {
-		tune(front.Config)
-	}
-	ln := front.Listener
-	fast := newH1Server(h, front.Config, newConnTracker(1<<20, 1<<20), slog.New(slog.DiscardHandler), ln.Addr(), 10*time.Second)
-	front.Listener = fast.handoff
-	front.Start()
-	served := make(chan error, 1)
-	go func() { served <- fast.serve(ln) }()
-	t.Cleanup(func() {
-		fast.close()
-		if err := <-served; !errors.Is(err, http.ErrServerClosed) {
-			t.Errorf("fast path: %v", err)
-		}
-		front.Close()
-	})
-	return front
 }
 
 // serveProxy builds a proxy from YAML (opts may name its file) and runs Serve on its own

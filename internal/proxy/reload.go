@@ -76,6 +76,9 @@ func (s *Server) apply(data []byte) error {
 	if err != nil {
 		return err
 	}
+	for _, w := range cfg.Warnings() {
+		s.log.Warn(w)
+	}
 	if extProcMoved {
 		s.log.Warn("extProc.listen applies at the next restart; keeping the running value")
 	}

@@ -58,7 +58,6 @@ type Server struct {
 	draining atomic.Bool
 
 	data, admin     *http.Server
-	fast            *h1Server    // the data port's fast path, in cleartext
 	dataLn, adminLn net.Listener // no dataLn: the other doors only (listen is empty)
 	openDoors       []gate.OpenDoor
 	doors           []gate.Door
@@ -91,6 +90,9 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	for _, w := range cfg.Warnings() {
+		s.log.Warn(w)
 	}
 	self := opts.SelfLoad
 	if self == nil {
@@ -303,13 +305,6 @@ func (s *Server) Serve(ctx context.Context) error {
 	listen := "" // none: the other doors only
 	if s.dataLn != nil {
 		listen = s.dataLn.Addr().String()
-		if s.certs == nil && cfg.Server.FastPath {
-			// In cleartext the common exchange is served by the fast path, which hands every
-			// other connection to net/http's server.
-			s.fast = newH1Server(s.h, s.data, s.conns, s.log, s.dataLn.Addr(), cfg.Server.WriteIdleTimeout.D())
-			go func() { errc <- serveErr("data", s.data.Serve(s.fast.handoff)) }()
-			serveData = func() error { return s.fast.serve(s.dataLn) }
-		}
 		go func() { errc <- serveErr("data", serveData()) }()
 	}
 	go func() { errc <- serveErr("admin", s.admin.Serve(s.adminLn)) }()
@@ -335,9 +330,6 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 	select {
 	case err := <-errc:
-		if s.fast != nil {
-			s.fast.close()
-		}
 		s.data.Close()
 		s.admin.Close()
 		for _, d := range s.doors {
@@ -396,20 +388,10 @@ func (s *Server) shutdown() error {
 	for _, d := range s.doors {
 		go func() { doorErrs <- d.Shutdown(hard) }()
 	}
-	fastErr := make(chan error, 1)
-	if s.fast != nil {
-		go func() { fastErr <- s.fast.shutdown(hard) }()
-	} else {
-		fastErr <- nil
-	}
 	err := s.data.Shutdown(hard)
 	if err != nil {
 		s.log.Warn("in-flight requests did not finish in time; closing", "err", err)
 		s.data.Close()
-	}
-	if ferr := <-fastErr; ferr != nil {
-		s.log.Warn("in-flight requests did not finish in time; closed", "err", ferr)
-		err = cmp.Or(err, ferr)
 	}
 	for range s.doors {
 		if derr := <-doorErrs; derr != nil {

@@ -17,8 +17,6 @@ type upstreamTransport struct {
 	mode string
 	// [protocol][streaming]: protocol 0 HTTP/1.1, 1 h2c, 2 HTTP/2 over TLS.
 	t [3][2]*http.Transport
-	// h1 takes the body-less HTTP/1.1 exchanges of non-streaming routes (h1Eligible).
-	h1 *h1Client
 }
 
 func newUpstreamTransport(cfg *config.Config) *upstreamTransport {
@@ -31,7 +29,7 @@ func newUpstreamTransport(cfg *config.Config) *upstreamTransport {
 		}
 	}
 	dial := (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
-	u := &upstreamTransport{mode: cfg.UpstreamProtocol, h1: newH1Client(dial, conns, 90*time.Second, cfg.UpstreamTimeout.D())}
+	u := &upstreamTransport{mode: cfg.UpstreamProtocol}
 	for proto := range u.t {
 		for streaming := range u.t[proto] {
 			var p http.Protocols
@@ -75,15 +73,11 @@ func (u *upstreamTransport) RoundTrip(req *http.Request) (*http.Response, error)
 	if p := gate.PassFrom(req.Context()); p != nil && p.Streaming() {
 		streaming = 1
 	}
-	if proto == 0 && streaming == 0 && h1Eligible(req) {
-		return u.h1.RoundTrip(req)
-	}
 	return u.t[proto][streaming].RoundTrip(req)
 }
 
 // CloseIdleConnections closes the idle connections of every transport.
 func (u *upstreamTransport) CloseIdleConnections() {
-	u.h1.CloseIdleConnections()
 	for _, ts := range u.t {
 		for _, t := range ts {
 			t.CloseIdleConnections()

@@ -1,0 +1,93 @@
+package proxy
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// FuzzTargetPath drives request targets through the data port (net/http's server in front of
+// the HTTP door) to a raw upstream that records each request line as it arrives. For every
+// target that is forwarded, the path the gate judged (and matched routes on) is the path the
+// upstream receives, decoded alike, and holds no dot-segment an upstream could resolve to
+// another path.
+func FuzzTargetPath(f *testing.F) {
+	for _, s := range []string{"/", "/a/b?c=d", "http:normal", "/%61dmin", "/x/../admin", "http://h", "http://h/a?b",
+		"*", "/a%2Fb", "//x", "/a;b", "/x\\..\\admin", "/%2e%2e/x", "/a?x=/../", "/%zz", "/a#frag", "https://h:1/%2e/x"} {
+		f.Add(s)
+	}
+	var mu sync.Mutex
+	var received []string
+	up := newRawUpstream(f, func(c net.Conn, target, method string) {
+		mu.Lock()
+		received = append(received, target)
+		mu.Unlock()
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+	})
+	p := newProxy(f, proxyYAML(up.url(), "  strategy: none"), Options{})
+	var judged string
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p.srv.Handler().ServeHTTP(w, r)
+		mu.Lock()
+		judged = r.URL.Path // the request the gate was given, as the door left it
+		mu.Unlock()
+	}))
+	f.Cleanup(front.Close)
+	addr := strings.TrimPrefix(front.URL, "http://")
+
+	f.Fuzz(func(t *testing.T, target string) {
+		if target == "" || strings.ContainsAny(target, " \t\r\n") {
+			return // request-line separators: not one target
+		}
+		mu.Lock()
+		received, judged = received[:0], ""
+		mu.Unlock()
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		io.WriteString(c, "GET "+target+" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+		res, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("%q: no answer: %v", target, err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case len(received) == 0:
+			if res.StatusCode == 200 {
+				t.Fatalf("%q: 200 without reaching the upstream", target)
+			}
+			return
+		case len(received) > 1:
+			t.Fatalf("%q: the upstream received %q", target, received)
+		}
+		got := received[0]
+		if !strings.HasPrefix(got, "/") {
+			t.Fatalf("%q: forwarded as %q, not a path", target, got)
+		}
+		u, err := url.ParseRequestURI(got)
+		if err != nil {
+			t.Fatalf("%q: forwarded as %q, which does not parse: %v", target, got, err)
+		}
+		if u.Path != judged {
+			t.Fatalf("%q: the gate judged %q, the upstream receives %q (%q)", target, judged, u.Path, got)
+		}
+		for _, seg := range strings.FieldsFunc(judged, func(c rune) bool { return c == '/' || c == '\\' }) {
+			if seg == "." || seg == ".." {
+				t.Fatalf("%q: forwarded with the dot-segment path %q", target, judged)
+			}
+		}
+	})
+}
