@@ -207,7 +207,7 @@ func (x *exchange) respond(res *http.Response) {
 		pass.Responded(res.StatusCode, now, pass.Streaming())
 		switch {
 		case res.Header.Get("Grpc-Status") != "":
-			pass.CallEnded(gate.GRPCStatus(res.Header.Get("Grpc-Status")), now)
+			endCall(pass, res.Header, now)
 		case pass.Streaming():
 			pass.Complete()
 		default:

@@ -58,6 +58,12 @@ func encodeGRPCMessage(s string) string {
 	return b.String()
 }
 
+// endCall ends a gRPC call with the grpc-status and grpc-message of h: the trailers, or the
+// headers of a trailers-only answer.
+func endCall(pass *gate.Pass, h http.Header, at time.Time) {
+	pass.CallEnded(gate.GRPCStatus(h.Get("Grpc-Status")), h.Get("Grpc-Message"), at)
+}
+
 // grpcBody watches a gRPC response body: when it ends, the call's final grpc-status is in the
 // trailers, and the call ends there (its permit goes back, its outcome is that status).
 type grpcBody struct {
@@ -71,7 +77,7 @@ func (b *grpcBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if err == io.EOF && !b.ended {
 		b.ended = true
-		b.pass.CallEnded(gate.GRPCStatus(b.res.Trailer.Get("Grpc-Status")), time.Now())
+		endCall(b.pass, b.res.Trailer, time.Now())
 	}
 	return n, err
 }
