@@ -566,6 +566,9 @@ func (h *handler) upstreamFailed(w http.ResponseWriter, r *http.Request, err err
 	if pass != nil {
 		bodyErr = pass.BodyError()
 	}
+	if answerMalformed(w, bodyErr, fail) {
+		return // a gRPC call whose client broke its framing
+	}
 	var tooBig *http.MaxBytesError
 	if errors.As(err, &tooBig) || errors.As(bodyErr, &tooBig) {
 		// A streamed (chunked) body outgrew server.maxBodyBytes: the client's fault.
