@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -102,6 +103,11 @@ type GRPC struct {
 	StreamAfter Duration `yaml:"streamAfter"`
 	// StatusCodes maps each refusal reason to the grpc-status a refused call gets.
 	StatusCodes GRPCCodes `yaml:"statusCodes"`
+	// MaxMessageBytes is the largest request message a gRPC call may declare in its length
+	// prefix (default 4 MiB, grpc-go's default receive size); 0 means no cap. A call whose
+	// message declares more is refused with RESOURCE_EXHAUSTED before the message reaches the
+	// upstream, and counted as the client's error.
+	MaxMessageBytes int64 `yaml:"maxMessageBytes"`
 }
 
 // GRPCCodes maps each refusal reason to a gRPC status code (1-16): the fields of StatusCodes,
@@ -248,6 +254,7 @@ func Default() Config {
 			// (4) and PERMISSION_DENIED (7): gRPC clients retry UNAVAILABLE by policy.
 			StatusCodes: GRPCCodes{RateLimited: 8, QueueFull: 14, QueueTimeout: 14, ConcurrencyLimit: 14,
 				Draining: 14, Deadline: 4, ClientLimited: 8, Denied: 7, SidecarOverload: 14},
+			MaxMessageBytes: 4 << 20,
 		},
 		Shutdown: Shutdown{
 			DrainDelay:  Duration(5 * time.Second),
@@ -500,6 +507,10 @@ func (c *Config) Validate(errs *Problems) {
 		}
 	}
 	positive(errs, "grpc.streamAfter", c.GRPC.StreamAfter)
+	if m := c.GRPC.MaxMessageBytes; m < 0 || m > math.MaxUint32 {
+		// (A length prefix holds at most 4 GiB - 1: a larger cap would be no cap.)
+		errs.add("grpc.maxMessageBytes", "must be from 0 (no cap) to 4294967295 (the largest length a gRPC message prefix holds), got %d", m)
+	}
 	for _, f := range c.GRPC.StatusCodes.fields() {
 		if f.code < 1 || f.code > 16 {
 			errs.add("grpc.statusCodes."+f.name, "must be a gRPC status code from 1 to 16 (UNAVAILABLE is 14), got %d", f.code)

@@ -184,3 +184,21 @@ func TestFastPathDeprecated(t *testing.T) {
 		t.Errorf("a malformed fastPath: %v, want an error naming it", err)
 	}
 }
+
+// TestGRPCMaxMessageBytes: the cap on a gRPC request message defaults to grpc-go's default
+// receive size, 0 turns it off, and a file's value is kept.
+func TestGRPCMaxMessageBytes(t *testing.T) {
+	for yaml, want := range map[string]int64{
+		"":                                 4 << 20,
+		"grpc: {maxMessageBytes: 0}\n":     0,
+		"grpc: {maxMessageBytes: 65536}\n": 65536,
+	} {
+		c, err := Parse([]byte("upstream: http://127.0.0.1:8080\n" + yaml))
+		if err != nil {
+			t.Fatalf("%q: %v", yaml, err)
+		}
+		if got := c.GRPC.MaxMessageBytes; got != want {
+			t.Errorf("%q: maxMessageBytes %d, want %d", yaml, got, want)
+		}
+	}
+}

@@ -211,7 +211,7 @@ func (x *exchange) responseHeaders(h headerList, now time.Time) {
 		p.Responded(code, now, p.Streaming())
 		switch {
 		case h.Get("grpc-status") != "":
-			p.CallEnded(gate.GRPCStatus(h.Get("grpc-status")), now)
+			p.CallEnded(gate.GRPCStatus(h.Get("grpc-status")), h.Get("grpc-message"), now)
 		case p.Streaming() || !x.trailers:
 			p.Complete()
 		default:
@@ -234,7 +234,7 @@ func (x *exchange) responseTrailers(h headerList, now time.Time) {
 	if x.answered || !x.call || x.headersAt.IsZero() {
 		return
 	}
-	x.pass.CallEnded(gate.GRPCStatus(h.Get("grpc-status")), now)
+	x.pass.CallEnded(gate.GRPCStatus(h.Get("grpc-status")), h.Get("grpc-message"), now)
 	x.answered = true
 }
 
@@ -247,7 +247,7 @@ func (x *exchange) ended() {
 	switch {
 	case x.answered:
 	case !x.headersAt.IsZero():
-		x.pass.CallEnded(gate.GRPCOK, x.headersAt)
+		x.pass.CallEnded(gate.GRPCOK, "", x.headersAt)
 	default:
 		x.pass.Failed(metrics.OutcomeCanceled, 0)
 	}

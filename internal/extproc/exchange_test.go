@@ -609,6 +609,52 @@ func TestGRPCCallEndsAtTrailers(t *testing.T) {
 	}
 }
 
+// TestGRPCStatusClassifiedAsByTheHTTPDoor: through ext_proc a call's grpc-status is classified
+// by the gate as it is through the data port: the upstream's INTERNAL (what a server answers to
+// a message its client cut short) and a RESOURCE_EXHAUSTED for a message over the server's size
+// limit do not shrink an adaptive limit; UNAVAILABLE does. (ext_proc sees no request bodies:
+// Envoy forwards the client's messages, and the upstream's answer to them is all the door sees.)
+func TestGRPCStatusClassifiedAsByTheHTTPDoor(t *testing.T) {
+	e := newEnv(t, "admission: {strategy: adaptive, adaptive: {initialLimit: 20, minLimit: 1, maxLimit: 20, slowStart: 0s, window: 1ms}}\n")
+	limit := func() float64 { return e.g.StageStates()[0].Limit }
+	end := func(trailersOnly bool, kv ...string) {
+		f := e.open()
+		f.send(grpcHeaders("192.0.2.7:4321"))
+		continued(t, f.next(t))
+		e.clk.Advance(2 * time.Millisecond)
+		if trailersOnly {
+			f.send(responseHeaders(append([]string{":status", "200", "content-type", "application/grpc"}, kv...)...))
+			f.next(t)
+		} else {
+			f.send(responseHeaders(":status", "200", "content-type", "application/grpc"))
+			f.next(t)
+			f.send(responseTrailers(kv...))
+			f.next(t)
+		}
+		f.reset(t)
+	}
+	before := limit()
+	for range 100 {
+		end(false, "grpc-status", "13", "grpc-message", "grpc: failed to unmarshal the received message: unexpected EOF")
+		end(true, "grpc-status", "8", "grpc-message", "grpc: received message larger than max (4294967295 vs. 4194304)")
+	}
+	if after := limit(); after < before {
+		t.Fatalf("limit %v -> %v after 100 INTERNAL and 100 oversized-message calls: want it unchanged", before, after)
+	}
+	if n := e.requests("outcome", "upstream_error"); n != 100 {
+		t.Errorf("INTERNAL counted %v times as an upstream error, want 100", n)
+	}
+	if n := e.requests("outcome", "client_error"); n != 100 {
+		t.Errorf("oversized messages counted %v times as the client's error, want 100", n)
+	}
+	for range 20 {
+		end(false, "grpc-status", "14", "grpc-message", "overloaded")
+	}
+	if after := limit(); after >= before {
+		t.Fatalf("limit %v -> %v after 20 UNAVAILABLEs: want it shrunk", before, after)
+	}
+}
+
 // TestGRPCLongCallTakenForAStream: a call still open after grpc.streamAfter gives its permit
 // back.
 func TestGRPCLongCallTakenForAStream(t *testing.T) {

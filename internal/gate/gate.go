@@ -285,6 +285,7 @@ type Pass struct {
 	stream   bool
 	grpc     bool // the client sent grpc-timeout
 	call     bool // a gRPC call (Request.GRPC)
+	quiet    bool // the call's status is a failure that says nothing about load (CallEnded)
 	fwdSet   [2]Field
 
 	streaming   bool          // a streaming route
@@ -488,29 +489,37 @@ func (ps *Pass) MarkStream() {
 // Streamed reports that MarkStream has taken the call for a stream.
 func (ps *Pass) Streamed() bool { return ps.streamed.Load() }
 
-// CallEnded records a gRPC call's final grpc-status, read at at from its trailers (or from a
-// trailers-only answer): OK is a success whose duration is the latency sample; UNAVAILABLE,
-// RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED and INTERNAL are the upstream's overload or failure (the
-// adaptive limit shrinks); CANCELLED and the client's own errors say nothing about load. The
-// permit goes back now.
-func (ps *Pass) CallEnded(code int, at time.Time) {
-	switch code {
-	case 0:
-		ps.outcome = outcomeSuccess
+// CallEnded records a gRPC call's final grpc-status and grpc-message, read at at from its
+// trailers (or from a trailers-only answer). callOutcome classifies it for every door: OK is a
+// success whose duration is the latency sample; only what says the upstream is overloaded
+// (UNAVAILABLE, DEADLINE_EXCEEDED, a RESOURCE_EXHAUSTED the client did not cause) may shrink
+// the limit; INTERNAL and the like are upstream errors that teach the strategy nothing; the
+// client's own errors are its own. A call its client broke (MalformedCall) is the client's
+// error whatever it ended with. The permit goes back now.
+func (ps *Pass) CallEnded(code int, message string, at time.Time) {
+	outcome, overload := callOutcome(code, message)
+	if ps.clientBroke() {
+		outcome, overload = outcomeClientError, false
+	}
+	ps.outcome, ps.quiet = outcome, !overload && outcome != outcomeSuccess
+	if outcome == outcomeSuccess {
 		ps.end = max(at.Sub(ps.Start), 1)
 		if !ps.stream && !ps.streamed.Load() {
 			ps.p.latency.observe(max(ps.end-ps.fwd, 0))
 		}
-	case 4:
-		ps.outcome = outcomeUpstreamTimeout
-	case 8, 13, 14:
-		ps.outcome = outcomeUpstreamError
-	case 1:
-		ps.outcome = outcomeCanceled
-	default:
-		ps.outcome = outcomeClientError
 	}
 	ps.Complete()
+}
+
+// clientBroke reports that the door found the client's own request malformed (BodyFailed with
+// a *MalformedCall).
+func (ps *Pass) clientBroke() bool {
+	e := ps.bodyErr.Load()
+	if e == nil {
+		return false
+	}
+	var bad *MalformedCall
+	return errors.As(*e, &bad)
 }
 
 // self is the sidecar's own delay, to take off the latency sample.
@@ -624,6 +633,11 @@ func (ps *Pass) sample() time.Duration {
 // headers when the upstream answered.
 func (ps *Pass) Finish() {
 	ps.Release(ps.classify())
+	if ps.clientBroke() {
+		// Whatever became of the exchange after (a reset stream, a broken answer), the client
+		// broke its own call first.
+		ps.outcome = outcomeClientError
+	}
 	code := int(ps.status)
 	if code == 0 {
 		code = 499
@@ -635,11 +649,15 @@ func (ps *Pass) Finish() {
 }
 
 // classify maps how a request ended to what the admission strategy learns from it: successes
-// are latency samples; what the client caused (a 4xx other than 429, leaving) and long-lived
-// streams say nothing about load; upstream errors, timeouts and 429s are overload signals.
+// are latency samples; what the client caused (a 4xx other than 429, leaving, a malformed gRPC
+// call), a gRPC status that is no overload signal (CallEnded) and long-lived streams say nothing
+// about load; upstream errors, timeouts and 429s are overload signals.
 func (ps *Pass) classify() admission.Outcome {
 	switch {
 	case ps.stream || ps.streamed.Load():
+		return admission.Ignore
+	case ps.quiet || ps.clientBroke():
+		// A call's status that is no overload signal, or a call its client broke.
 		return admission.Ignore
 	case ps.outcome == outcomeSuccess:
 		return admission.Success

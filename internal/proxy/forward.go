@@ -224,7 +224,7 @@ func (x *exchange) respond(res *http.Response) {
 		pass.Responded(res.StatusCode, now, pass.Streaming())
 		switch {
 		case res.Header.Get("Grpc-Status") != "":
-			pass.CallEnded(gate.GRPCStatus(res.Header.Get("Grpc-Status")), now)
+			endCall(pass, res.Header, now)
 		case pass.Streaming():
 			pass.Complete()
 		default:
@@ -607,6 +607,9 @@ func (h *handler) upstreamFailed(w http.ResponseWriter, r *http.Request, err err
 	var bodyErr error
 	if pass != nil {
 		bodyErr = pass.BodyError()
+	}
+	if answerMalformed(w, bodyErr, fail) {
+		return // a gRPC call whose client broke its framing
 	}
 	var tooBig *http.MaxBytesError
 	if errors.As(err, &tooBig) || errors.As(bodyErr, &tooBig) {

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"errors"
 	"io"
 	"net/http"
 	"strconv"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/loadshed/loadshed/internal/gate"
+	"github.com/loadshed/loadshed/internal/metrics"
 )
 
 // writeGRPCStatus answers a gRPC call with a trailers-only response: HTTP 200, content-type
@@ -58,6 +60,12 @@ func encodeGRPCMessage(s string) string {
 	return b.String()
 }
 
+// endCall ends a gRPC call with the grpc-status and grpc-message of h: the trailers, or the
+// headers of a trailers-only answer.
+func endCall(pass *gate.Pass, h http.Header, at time.Time) {
+	pass.CallEnded(gate.GRPCStatus(h.Get("Grpc-Status")), h.Get("Grpc-Message"), at)
+}
+
 // grpcBody watches a gRPC response body: when it ends, the call's final grpc-status is in the
 // trailers, and the call ends there (its permit goes back, its outcome is that status).
 type grpcBody struct {
@@ -71,7 +79,56 @@ func (b *grpcBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if err == io.EOF && !b.ended {
 		b.ended = true
-		b.pass.CallEnded(gate.GRPCStatus(b.res.Trailer.Get("Grpc-Status")), time.Now())
+		endCall(b.pass, b.res.Trailer, time.Now())
 	}
 	return n, err
+}
+
+// grpcRequestBody follows the framing of a gRPC call's request messages as they are forwarded
+// (gate.GRPCFraming): a prefix its client got wrong (a declared length over grpc.maxMessageBytes,
+// a compressed message without grpc-encoding) is never passed on, and a stream that ends
+// half-way through a message does not end cleanly upstream (where a server would answer
+// INTERNAL, taken for the upstream's failure). The read fails with the *gate.MalformedCall
+// instead: idleBody reports it on the pass, the transport resets the upstream stream, and
+// answerMalformed answers the client.
+type grpcRequestBody struct {
+	io.ReadCloser
+	framing gate.GRPCFraming
+	err     error
+}
+
+// newGRPCRequestBody follows the request body of r, a gRPC call, with messages of at most max
+// bytes (0: no cap).
+func newGRPCRequestBody(r *http.Request, max int64) *grpcRequestBody {
+	return &grpcRequestBody{ReadCloser: r.Body, framing: gate.NewGRPCFraming(r.Header.Get("Grpc-Encoding"), max)}
+}
+
+func (b *grpcRequestBody) Read(p []byte) (int, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	n, err := b.ReadCloser.Read(p)
+	bad := b.framing.Check(p[:n])
+	if bad == nil && err == io.EOF {
+		bad = b.framing.End()
+	}
+	if bad != nil {
+		b.err = bad
+		return 0, bad // (what came with it is not forwarded: the call is broken)
+	}
+	return n, err
+}
+
+// answerMalformed answers a gRPC call whose client broke its framing (bodyErr is a
+// *gate.MalformedCall) as a gRPC server would: a trailers-only INTERNAL, or RESOURCE_EXHAUSTED
+// for a message over the cap; counted as the client's error (fail), never the upstream's. It
+// reports whether bodyErr was one.
+func answerMalformed(w http.ResponseWriter, bodyErr error, fail func(outcome string, status int)) bool {
+	var bad *gate.MalformedCall
+	if !errors.As(bodyErr, &bad) {
+		return false
+	}
+	fail(metrics.OutcomeClientError, bad.Status)
+	writeGRPCStatus(w, bad.Code, bad.Error(), "", "")
+	return true
 }

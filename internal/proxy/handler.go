@@ -115,6 +115,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		readLimit = time.Time{}
 	}
+	if grpc && hasBody(r) {
+		// Its messages' framing is followed as they go: a call its client broke is the client's.
+		r.Body = newGRPCRequestBody(r, h.gate.Config().GRPC.MaxMessageBytes)
+	}
 	if hasBody(r) {
 		if _, whole := r.Body.(*bufferedBody); !whole {
 			// The rest of a large or streamed body comes with an idle timeout between reads.
