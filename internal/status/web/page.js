@@ -141,7 +141,7 @@
   // chart draws series over the last five minutes (t: seconds before the latest sample) into
   // svg, with a y axis from 0 to a round maximum.
   function chart(svg, t, series, fmt) {
-    const W = 640, H = 180, left = 64, right = 8, top = 8, bottom = 22, span = 300;
+    const W = 420, H = 170, left = 58, right = 14, top = 8, bottom = 20, span = 300;
     let top_ = 0;
     for (const s of series) for (const y of s[2] || []) if (y !== null && y > top_) top_ = y;
     top_ = niceCeil(top_);
@@ -154,7 +154,7 @@
       g.appendChild(el("text", { class: "tick", x: left - 6, y: y(v) + 4, "text-anchor": "end" }, fmt(v)));
     }
     for (let s = -span; s <= 0; s += 60) {
-      g.appendChild(el("text", { class: "tick", x: x(s), y: H - 6, "text-anchor": "middle" }, s === 0 ? "now" : (s / 60) + " min"));
+      g.appendChild(el("text", { class: "tick", x: x(s), y: H - 5, "text-anchor": s === 0 ? "end" : "middle" }, s === 0 ? "now" : (s / 60) + " min"));
     }
     for (const s of series) {
       let d = "", pen = "M", n = 0;
