@@ -23,6 +23,7 @@ import (
 	"github.com/loadshed/loadshed/internal/gate"
 	"github.com/loadshed/loadshed/internal/metrics"
 	"github.com/loadshed/loadshed/internal/selfload"
+	"github.com/loadshed/loadshed/internal/status"
 )
 
 // Options are the collaborators of a Server.
@@ -65,6 +66,7 @@ type Server struct {
 	transport       *upstreamTransport
 	certs           *certReloader // nil without tls
 	self            *selfload.Monitor
+	status          *status.Page
 
 	configPath      string
 	overrides       func(*config.Config)
@@ -88,6 +90,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	if s.reg == nil {
 		s.reg = prometheus.NewRegistry()
 	}
+	s.status = status.New(s.reg, status.Options{})
 	if s.log == nil {
 		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -142,8 +145,8 @@ func (s *Server) QuotaState() (metrics.QuotaState, bool) { return s.gate.QuotaSt
 // Handler returns the data-port handler (for tests that serve it themselves).
 func (s *Server) Handler() http.Handler { return s.h }
 
-// AdminHandler returns the admin handler: /metrics, /healthz, /readyz, and /drain (the
-// application's preStop hook when the proxy runs as a native sidecar).
+// AdminHandler returns the admin handler: /metrics, /healthz, /readyz, /drain (the
+// application's preStop hook when the proxy runs as a native sidecar), and the status page at /.
 func (s *Server) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg, ErrorHandling: promhttp.ContinueOnError}))
@@ -158,6 +161,8 @@ func (s *Server) AdminHandler() http.Handler {
 		io.WriteString(w, "ready\n")
 	})
 	mux.HandleFunc("GET /drain", s.drainWindow)
+	mux.Handle("GET /{$}", s.status) // the status page (internal/status), read-only
+	mux.Handle("GET /status/", s.status)
 	return mux
 }
 
@@ -323,6 +328,9 @@ func (s *Server) Serve(ctx context.Context) error {
 		defer stopWatch()
 		go s.watch(watchCtx)
 	}
+	statusCtx, stopStatus := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopStatus() // (sampling on through the drain)
+	go s.status.Run(statusCtx)
 	if s.self != nil {
 		selfCtx, stopSelf := context.WithCancel(context.WithoutCancel(ctx))
 		defer stopSelf() // (watching on through the drain: the drain is load too)
