@@ -34,7 +34,7 @@
 //     block key, docs line, defaults, how it is sized for a known backend.
 //  3. deploy/helm/loadshed: its block in values.yaml and its definition in values.schema.json;
 //     ci/x-values.yaml.
-//  4. README.md: its paragraph under "Choosing a strategy".
+//  4. docs/strategies.md: its paragraph under "Choosing a strategy".
 //
 // Generated from the registry (go generate in deploy/): the schema's strategy enum and chain
 // stage, the chart's strategy helpers and its values table. The lab, the live tests, the demo
