@@ -92,6 +92,13 @@ func walkKeys(out *[]Key, path string, v reflect.Value, required string) {
 			walkKeys(out, p+"[]", reflect.New(fv.Type().Elem()).Elem(), required)
 			continue
 		}
+		if fv.Kind() == reflect.Pointer && fv.IsNil() {
+			// A scalar that is nil unless written (a deprecated key): its type is the element's.
+			k.Type, _ = scalarKey(reflect.New(fv.Type().Elem()).Elem())
+			k.Default = "absent"
+			*out = append(*out, k)
+			continue
+		}
 		k.Type, k.Default = scalarKey(fv)
 		if required != "" {
 			k.Default = ""

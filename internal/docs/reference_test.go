@@ -28,7 +28,7 @@ const (
 // overrides replace the description of keys that the code still accepts but that no one should
 // set. A key listed here that the configuration no longer has fails the test: remove it here.
 var overrides = map[string]string{
-	"server.fastPath": deprecated + ": the proxy's own HTTP/1.1 fast path is being removed, and net/http serves every request. Leave it out.",
+	"server.fastPath": deprecated + ": it switched on the proxy's own HTTP/1.1 server and client, which are gone: net/http serves every exchange. Accepted with a warning for one release; leave it out.",
 }
 
 // TestConfigReference checks that docs/configuration.md lists every key of the configuration
