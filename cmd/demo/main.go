@@ -14,7 +14,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"strconv"
@@ -25,14 +24,19 @@ import (
 	"github.com/loadshed/loadshed/internal/config"
 	"github.com/loadshed/loadshed/internal/live"
 	"github.com/loadshed/loadshed/internal/loadgen"
-	"github.com/loadshed/loadshed/internal/version"
 )
 
 func main() { cli.Main("demo", run) }
 
+var help = cli.Help{
+	Name:     "demo",
+	Synopsis: "shows on loopback what clients of an overloaded backend get with each admission strategy, and with none",
+	Usage:    []string{"[--quick] [--loads 0.5,2,5] [--strategies none,inflight,adaptive,...] [flags]"},
+	Examples: []string{"go run ./cmd/demo --quick", "go run ./cmd/demo --strategies none,adaptive --loads 2"},
+}
+
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cli.NewFlagSet(help, stdout)
 	workers := fs.Int("workers", 8, "backend workers")
 	service := fs.Duration("service", 20*time.Millisecond, "backend service time (constant)")
 	slo := fs.Duration("slo", 100*time.Millisecond, "latency within which a 2xx counts as goodput")
@@ -42,13 +46,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	loads := fs.String("loads", "0.5,2,5", "offered loads, as multiples of the backend's capacity")
 	strategies := fs.String("strategies", strings.Join(live.StrategyOrder, ","), "strategies to show")
 	useGRPC := fs.Bool("grpc", false, "offer gRPC calls (Backend/Work over h2c) instead of HTTP requests")
-	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
-	}
-	if *showVersion {
-		fmt.Fprintln(stdout, version.String("demo"))
-		return nil
 	}
 	var mults []float64
 	for _, f := range strings.Split(*loads, ",") {

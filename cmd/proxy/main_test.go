@@ -53,7 +53,7 @@ func TestOverridesAreValidatedLikeTheFile(t *testing.T) {
 
 func TestVersionAndUsage(t *testing.T) {
 	var out, errw bytes.Buffer
-	if err := run(context.Background(), []string{"--version"}, &out, &errw); err != nil || !strings.HasPrefix(out.String(), "proxy ") {
+	if err := run(context.Background(), []string{"--version"}, &out, &errw); !errors.Is(err, cli.ErrDone) || !strings.HasPrefix(out.String(), "proxy ") {
 		t.Fatalf("--version: %v %q", err, out.String())
 	}
 	if err := run(context.Background(), nil, &out, &errw); !errors.As(err, new(cli.UsageError)) {
