@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -23,21 +22,20 @@ var flagOf = map[string]string{
 	"tailMean": "--tail-mean", "tailMin": "--tail-min", "tailMax": "--tail-max", "fanout": "--fanout",
 }
 
+var help = cli.Help{
+	Name:     "backend",
+	Synopsis: "the synthetic slow-tail backend to put the proxy in front of (or, with --get, a one-shot health check)",
+	Usage: []string{
+		"[flags]                         serve the synthetic slow-tail backend",
+		"--get URL [--expect-status N]   one GET (10s timeout); exit 0 on 2xx (or on N), else 1",
+	},
+	Examples: []string{"backend --listen 127.0.0.1:8080 --workers 8 --mean 20ms"},
+}
+
 // run parses args and serves until ctx ends, or performs one --get.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	def := backend.DefaultConfig()
-	fs := flag.NewFlagSet("backend", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `Usage:
-  backend [flags]                         serve the synthetic slow-tail backend
-  backend --get URL [--expect-status N]   one GET (10s timeout); exit 0 on 2xx (or on N), else 1
-  backend --version
-
-Flags:
-`)
-		fs.PrintDefaults()
-	}
+	fs := cli.NewFlagSet(help, stdout)
 	listen := fs.String("listen", ":8080", "data `address`")
 	grpcListen := fs.String("grpc-listen", "", "gRPC `address` (h2c): loadshed.backend.v1.Backend/Work on the same workers, plus health and reflection; off when empty")
 	adminListen := fs.String("admin-listen", "", "admin `address` (GET/POST /admin/config, /metrics, /healthz); a TEST TOOL that changes behaviour at run time; off when empty")
@@ -54,14 +52,9 @@ Flags:
 	shutdown := fs.Duration("shutdown-timeout", backend.DefaultShutdownTimeout, "after SIGTERM/SIGINT, how long running and waiting requests may finish")
 	get := fs.String("get", "", "one-shot client: GET this `URL`, print the status line, exit 0 on 2xx")
 	expect := fs.Int("expect-status", 0, "with --get: exit 0 only on this `status` instead of any 2xx")
-	showVersion := fs.Bool("version", false, "print the version and exit")
 
 	if err := cli.Parse(fs, args); err != nil {
-		return err // the flag package has printed the details
-	}
-	if *showVersion {
-		fmt.Fprintln(stdout, version.String("backend"))
-		return nil
+		return err
 	}
 	if *get != "" {
 		return backend.Probe(ctx, *get, *expect, backend.ProbeTimeout, stdout)
@@ -104,7 +97,7 @@ Flags:
 	sc := backend.ServeConfig{
 		Data:            data,
 		ShutdownTimeout: *shutdown,
-		Logger:          slog.New(slog.NewTextHandler(stderr, nil)),
+		Logger:          cli.NewLogger(stderr, slog.LevelInfo),
 	}
 	if *adminListen != "" {
 		if sc.Admin, err = net.Listen("tcp", *adminListen); err != nil {

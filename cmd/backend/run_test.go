@@ -53,9 +53,9 @@ func TestVersionAndHelp(t *testing.T) {
 	if code != 0 || !strings.HasPrefix(out, "backend dev ") {
 		t.Fatalf("--version: exit %d, %q", code, out)
 	}
-	_, errOut, code := runArgs("--help")
-	if code != 0 || !strings.Contains(errOut, "--get URL") || !strings.Contains(errOut, "-tail-prob") {
-		t.Fatalf("--help: exit %d, %q", code, errOut)
+	out, _, code = runArgs("--help")
+	if code != 0 || !strings.Contains(out, "--get URL") || !strings.Contains(out, "--tail-prob") {
+		t.Fatalf("--help: exit %d, %q", code, out)
 	}
 	if err := run(context.Background(), []string{"-h"}, io.Discard, io.Discard); !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("-h: %v", err)

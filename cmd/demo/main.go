@@ -5,6 +5,7 @@
 //
 //	go run ./cmd/demo [--workers 8] [--service 20ms] [--slo 100ms] [--duration 5s]
 //	                  [--loads 0.5,2,5] [--strategies none,inflight,adaptive,adaptive/vegas,...]
+//	go run ./cmd/demo --quick   # none, inflight and adaptive at 2x, printed row by row
 //	go run ./cmd/demo --grpc [...]
 //
 // With --grpc the load is gRPC calls of the backend's loadshed.backend.v1.Backend/Work over h2c,
@@ -25,14 +26,19 @@ import (
 	"github.com/loadshed/loadshed/internal/config"
 	"github.com/loadshed/loadshed/internal/live"
 	"github.com/loadshed/loadshed/internal/loadgen"
-	"github.com/loadshed/loadshed/internal/version"
 )
 
 func main() { cli.Main("demo", run) }
 
+var help = cli.Help{
+	Name:     "demo",
+	Synopsis: "shows on loopback what clients of an overloaded backend get with each admission strategy, and with none",
+	Usage:    []string{"[--quick] [--loads 0.5,2,5] [--strategies none,inflight,adaptive,...] [flags]"},
+	Examples: []string{"go run ./cmd/demo --quick", "go run ./cmd/demo --strategies none,adaptive --loads 2"},
+}
+
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cli.NewFlagSet(help, stdout)
 	workers := fs.Int("workers", 8, "backend workers")
 	service := fs.Duration("service", 20*time.Millisecond, "backend service time (constant)")
 	slo := fs.Duration("slo", 100*time.Millisecond, "latency within which a 2xx counts as goodput")
@@ -42,13 +48,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	loads := fs.String("loads", "0.5,2,5", "offered loads, as multiples of the backend's capacity")
 	strategies := fs.String("strategies", strings.Join(live.StrategyOrder, ","), "strategies to show")
 	useGRPC := fs.Bool("grpc", false, "offer gRPC calls (Backend/Work over h2c) instead of HTTP requests")
-	showVersion := fs.Bool("version", false, "print the version and exit")
+	quick := fs.Bool("quick", false, "a first look: none, inflight and adaptive at 2x, "+quickDuration.String()+" measured each after a "+quickWarmup.String()+" warm-up (flags given still apply)")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
-	if *showVersion {
-		fmt.Fprintln(stdout, version.String("demo"))
-		return nil
+	if *quick {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		for name, v := range map[string]string{"loads": "2", "strategies": "none,inflight,adaptive", "duration": quickDuration.String(), "warmup": quickWarmup.String()} {
+			if !set[name] {
+				_ = fs.Set(name, v) // the values are valid
+			}
+		}
 	}
 	var mults []float64
 	for _, f := range strings.Split(*loads, ",") {
@@ -83,7 +94,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "backend: %d workers x %s = capacity %.0f rps; SLO %s; client timeout %s; each run: %s warm-up, then %s measured\n\n",
 		*workers, *service, capacity.RPS(), *slo, *timeout, *warmup, *duration)
-	var rows []loadgen.Row
+	width := 0
+	for _, name := range names {
+		for _, m := range mults {
+			width = max(width, len(rowName(name, m)))
+		}
+	}
+	// Each row is printed as its run ends: the whole table takes minutes.
+	table, err := loadgen.NewRowWriter(stdout, capacity.RPS(), width)
+	if err != nil {
+		return err
+	}
 	for _, name := range names {
 		for _, m := range mults {
 			if ctx.Err() != nil {
@@ -100,8 +121,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			if err != nil {
 				return fmt.Errorf("%s at %gx: %w", name, m, err)
 			}
-			rows = append(rows, loadgen.Row{Name: fmt.Sprintf("%s @ %gx", name, m), Result: res})
+			if err := table.Write(loadgen.Row{Name: rowName(name, m), Result: res}); err != nil {
+				return err
+			}
 		}
 	}
-	return loadgen.WriteTable(stdout, capacity.RPS(), rows)
+	return nil
 }
+
+// The runs of --quick: long enough for the adaptive limit to settle below the overload.
+const (
+	quickDuration = 3 * time.Second
+	quickWarmup   = 2 * time.Second
+)
+
+func rowName(strategy string, load float64) string { return fmt.Sprintf("%s @ %gx", strategy, load) }

@@ -13,13 +13,13 @@ package main
 import (
 	"bytes"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strings"
 
 	"github.com/loadshed/loadshed/cmd/inject/inject"
+	"github.com/loadshed/loadshed/internal/cli"
 	"github.com/loadshed/loadshed/internal/config"
 )
 
@@ -32,30 +32,32 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
+var help = cli.Help{
+	Name:     "inject",
+	Synopsis: "adds the loadshed sidecar to Kubernetes manifests, read from files or stdin, written to stdout",
+	Usage:    []string{"[-f FILE]... [flags]"},
+	Examples: []string{"inject -f app.yaml | kubectl apply -f -"},
+}
+
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("inject", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cli.NewFlagSet(help, stdout)
 	var (
 		in       files
 		s        inject.Settings
 		kube     = fs.String("kube-version", "1.33", "the cluster's Kubernetes version: a native sidecar from 1.33, a regular container before")
-		preStop  = fs.String("pre-stop", "auto", "the application's preStop hook: auto (1.33+: a call to the native sidecar's /drain, which closes keep-alive connections while the endpoints update; before: the sleep action from 1.30), sleep, exec (`sleep N` in its image; with a native sidecar both lose keep-alive clients' requests) or none")
+		preStop  = fs.String("pre-stop", "auto", "the application's preStop hook: auto (1.33+: a call to the native sidecar's /drain, which closes keep-alive connections while the endpoints update; before: the sleep action from 1.30), sleep, exec (the command sleep N in its image; with a native sidecar both lose keep-alive clients' requests) or none")
 		rewrite  = fs.Bool("rewrite-services", false, "switch Services that target the taken-over port by number to its name (the second step, after the rollout)")
 		port     = fs.Int("sidecar-port", inject.DefaultPort, "the sidecar's data port, moved up if the pod uses it")
 		adminPrt = fs.Int("admin-port", inject.DefaultAdminPort, "the sidecar's admin port (metrics, health), moved up if the pod uses it")
 	)
-	fs.Var(&in, "f", "a manifest file (repeatable; - is stdin); none reads stdin")
+	fs.Var(&in, "f", "a manifest `FILE` (repeatable; - is stdin); none reads stdin")
 	fs.StringVar(&s.Image, "image", inject.DefaultImage, "the loadshed image")
 	fs.StringVar(&s.Strategy, "strategy", inject.DefaultStrategy, "admission strategy of the generated configuration: "+strings.Join(config.Strategies, ", "))
 	fs.StringVar(&s.ConfigMap, "config-map", "", "an existing ConfigMap with the sidecar's config.yaml, instead of a generated one")
 	fs.StringVar(&s.PortName, "port", "", "the application's named port to put the sidecar in front of (default: the pod's only named port)")
 	fs.Int64Var(&s.DrainSeconds, "drain-seconds", 5, "how long a stopping pod keeps serving while its endpoints update (at most 600 in the native sidecar's drain hook)")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "inject: unexpected argument %q (manifests are read with -f)\n", fs.Arg(0))
-		return 2
+	if err := cli.Parse(fs, args); err != nil {
+		return cli.ExitCode("inject", err, stderr) // a positional argument: manifests are read with -f
 	}
 	var err error
 	if s.Kube, err = inject.ParseVersion(*kube); err != nil {

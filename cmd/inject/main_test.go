@@ -28,7 +28,7 @@ func TestRun(t *testing.T) {
 	}{
 		{"stdin to stdout", []string{"--strategy", "inflight"}, deployment, 0, "strategy: inflight", "Deployment web: injected"},
 		{"unknown flag", []string{"--nope"}, deployment, 2, "", "flag provided but not defined: -nope"},
-		{"argument", []string{"app.yaml"}, deployment, 2, "", `unexpected argument "app.yaml"`},
+		{"argument", []string{"app.yaml"}, deployment, 2, "", `unexpected arguments ["app.yaml"]`},
 		{"bad version", []string{"--kube-version", "new"}, deployment, 2, "", "--kube-version"},
 		{"bad pre-stop", []string{"--pre-stop", "wait"}, deployment, 2, "", "--pre-stop"},
 		{"bad port", []string{"--sidecar-port", "70000"}, deployment, 2, "", "--sidecar-port: 70000"},

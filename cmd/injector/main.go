@@ -23,16 +23,12 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"os/signal"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -43,16 +39,17 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/loadshed/loadshed/cmd/inject/inject"
+	"github.com/loadshed/loadshed/internal/cli"
 	"github.com/loadshed/loadshed/internal/config"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "injector:", err)
-		os.Exit(1)
-	}
+func main() { cli.Main("injector", run) }
+
+var help = cli.Help{
+	Name:     "injector",
+	Synopsis: "loadshed's mutating admission webhook: adds the loadshed sidecar to pods as they are created",
+	Usage:    []string{"--tls-cert-file FILE --tls-key-file FILE [--settings FILE] [flags]"},
+	Examples: []string{"injector --tls-cert-file tls.crt --tls-key-file tls.key --settings settings.yaml"},
 }
 
 // options are the command's flags.
@@ -64,10 +61,10 @@ type options struct {
 	events                    bool
 }
 
-func parse(args []string, stderr io.Writer) (options, error) {
+// parse reads the flags; a bad one, or a missing or bad value, is a cli.UsageError (exit 2).
+func parse(args []string, stdout io.Writer) (options, error) {
 	var o options
-	fs := flag.NewFlagSet("injector", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cli.NewFlagSet(help, stdout)
 	fs.StringVar(&o.listen, "listen", ":8443", "HTTPS address of /mutate and /healthz")
 	fs.StringVar(&o.metricsListen, "metrics-listen", ":9090", "HTTP address of /metrics; empty serves none")
 	fs.StringVar(&o.certFile, "tls-cert-file", "", "serving certificate (PEM), reloaded when it changes")
@@ -77,28 +74,26 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.kubeVersion, "kube-version", "", "the cluster's Kubernetes version (native sidecar from 1.33); empty asks the API server")
 	fs.BoolVar(&o.events, "events", true, "record a Warning event on the owner of a pod left without the sidecar by a problem in it (needs create and patch on events); off outside a cluster")
 	fs.DurationVar(&o.shutdownDelay, "shutdown-delay", 5*time.Second, "how long to keep serving after SIGTERM while the endpoints update")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return o, err
 	}
 	switch {
-	case fs.NArg() > 0:
-		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	case o.certFile == "" || o.keyFile == "":
-		return o, errors.New("--tls-cert-file and --tls-key-file are required (the API server calls webhooks over HTTPS)")
+		return o, cli.Usagef("--tls-cert-file and --tls-key-file are required (the API server calls webhooks over HTTPS)")
 	case o.certPoll <= 0:
-		return o, fmt.Errorf("--cert-poll-interval: %v, want more than 0", o.certPoll)
+		return o, cli.Usagef("--cert-poll-interval: %v, want more than 0", o.certPoll)
 	case o.shutdownDelay < 0:
-		return o, fmt.Errorf("--shutdown-delay: %v is negative", o.shutdownDelay)
+		return o, cli.Usagef("--shutdown-delay: %v is negative", o.shutdownDelay)
 	}
 	return o, nil
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	o, err := parse(args, stderr)
+	o, err := parse(args, stdout)
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, nil))
+	log := cli.NewLogger(stderr, slog.LevelInfo)
 	s, err := loadSettings(o.settingsFile)
 	if err != nil {
 		return fmt.Errorf("--settings: %w", err)
@@ -110,7 +105,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if o.kubeVersion != "" {
 		if s.Kube, err = inject.ParseVersion(o.kubeVersion); err != nil {
-			return fmt.Errorf("--kube-version: %w", err)
+			return cli.Usagef("--kube-version: %w", err)
 		}
 	} else {
 		if apiErr != nil {
@@ -208,7 +203,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// Fail readiness and keep answering while the endpoints drop this pod, then finish the
 	// reviews in flight.
 	stopping.Store(true)
-	log.Info("stopping", "delay", o.shutdownDelay.String())
+	log.Info("stopping", "delay", o.shutdownDelay)
 	time.Sleep(o.shutdownDelay)
 	sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

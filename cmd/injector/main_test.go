@@ -22,7 +22,7 @@ func TestParseErrors(t *testing.T) {
 		want string
 	}{
 		{nil, "--tls-cert-file and --tls-key-file are required"},
-		{[]string{"--tls-cert-file", "c", "--tls-key-file", "k", "extra"}, `unexpected argument "extra"`},
+		{[]string{"--tls-cert-file", "c", "--tls-key-file", "k", "extra"}, `unexpected arguments ["extra"]`},
 		{[]string{"--tls-cert-file", "c", "--tls-key-file", "k", "--cert-poll-interval", "0s"}, "--cert-poll-interval"},
 		{[]string{"--tls-cert-file", "c", "--tls-key-file", "k", "--shutdown-delay", "-1s"}, "--shutdown-delay"},
 		{[]string{"--nope"}, "flag provided but not defined"},

@@ -20,7 +20,7 @@ import (
 // in each replica (no store), in the shared store, and by each replica alone while the store
 // is away.
 func runQuota(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("quota", stderr)
+	fs := newFlagSet("quota", stdout)
 	clients := fs.String("clients", "", "the quota: a clients block as the proxy's config file spells it, e.g. '{rate: 100, burst: 20}'")
 	configPath := fs.String("config", "", "a proxy config file whose clients block (or --route's own quota) to run, instead of --clients")
 	route := fs.String("route", "", "with --config: the route whose own quota (routes[].clients) to run")

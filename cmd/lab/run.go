@@ -18,33 +18,46 @@ import (
 	"github.com/loadshed/loadshed/internal/version"
 )
 
-const usage = `usage: lab <command> [flags]
+// commands are lab's subcommands, in the order help lists them, with their synopses and an
+// example each.
+var commands = [][3]string{
+	{"backpressure", "reproduce the published comparison (1000 requests, 200 rps offered, 100 rps target)", "lab backpressure --no-charts"},
+	{"run", "run strategies (or a proxy config) against a modelled workload", "lab run --arrivals poisson:rate=400 --duration 10s"},
+	{"sweep", "run strategies at offered loads from 0.25x to 10x of capacity", "lab sweep --loads 0.5,1,2,5"},
+	{"compare", "run a scenario in the lab and live, side by side (calibrating the hop first)", "lab compare --load 2 --duration 10s"},
+	{"calibrate", "measure the hop through the live proxy, unloaded and at capacity", "lab calibrate --servers 8"},
+	{"quota", "predict what a per-client quota gives a client at given replica counts", "lab quota --clients '{rate: 100, burst: 20}' --replicas 1,2,3"},
+	{"trace", "write the arrivals of a workload as a trace file", "lab trace --arrivals poisson:rate=100 --duration 10s --out arrivals.trace"},
+	{"help", "show this text", "lab help"},
+}
 
-Commands:
-  backpressure  reproduce the published comparison (1000 requests, 200 rps offered, 100 rps target)
-  run           run strategies (or a proxy config) against a modelled workload
-  sweep         run strategies at offered loads from 0.25x to 10x of capacity
-  compare       run a scenario in the lab and live, side by side (calibrating the hop first)
-  calibrate     measure the hop through the live proxy, unloaded and at capacity
-  quota         predict what a per-client quota gives a client at given replica counts
-  trace         write the arrivals of a workload as a trace file
-  help          show this text
+var help = cli.Help{
+	Name:     "lab",
+	Synopsis: "a deterministic simulator running the real admission strategies under a virtual clock",
+	Usage:    []string{"<command> [flags]", "<command> --help", "--version"},
+	Examples: []string{"go run ./cmd/lab sweep --strategies none,inflight,adaptive"},
+}
 
-Run "lab <command> -h" for a command's flags. "lab --version" prints the version.
-`
+// writeUsage prints lab's help: the synopsis, usage and example, then the commands.
+func writeUsage(w io.Writer) {
+	help.Write(w, nil)
+	fmt.Fprintln(w, "\nCommands:")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-13s %s\n", c[0], c[1])
+	}
+}
 
 // run is the whole program: main only sets up signals and the exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
 		return cli.Usagef("no command given")
 	}
 	switch cmd, rest := args[0], args[1:]; cmd {
 	case "--version", "-version", "version":
 		fmt.Fprintln(stdout, version.String("lab"))
 		return nil
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
+	case "help", "-h", "-help", "--help":
+		writeUsage(stdout)
 		return nil
 	case "backpressure":
 		return runBackpressure(rest, stdout, stderr)
@@ -61,15 +74,27 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "trace":
 		return runTrace(rest, stdout, stderr)
 	default:
-		fmt.Fprint(stderr, usage)
-		return cli.Usagef("unknown command %q", cmd)
+		return cli.Usagef("unknown command %q (want one of %s)", cmd, commandNames())
 	}
 }
 
-func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("lab "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	return fs
+func commandNames() string {
+	names := make([]string, len(commands))
+	for i, c := range commands {
+		names[i] = c[0]
+	}
+	return strings.Join(names, ", ")
+}
+
+// newFlagSet returns the flag set of the subcommand name; its --help goes to stdout.
+func newFlagSet(name string, stdout io.Writer) *flag.FlagSet {
+	h := cli.Help{Name: "lab " + name, Usage: []string{"[flags]"}}
+	for _, c := range commands {
+		if c[0] == name {
+			h.Synopsis, h.Examples = c[1], []string{c[2]}
+		}
+	}
+	return cli.NewFlagSet(h, stdout)
 }
 
 func parse(fs *flag.FlagSet, args []string) error { return cli.Parse(fs, args) }
@@ -81,7 +106,7 @@ func (l *listFlag) String() string     { return strings.Join(*l, " ") }
 func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
 func runBackpressure(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("backpressure", stderr)
+	fs := newFlagSet("backpressure", stdout)
 	out := fs.String("out", filepath.Join("out", "backpressure"), "directory for summary.csv, snapshots.csv and the charts")
 	noCharts := fs.Bool("no-charts", false, "skip the PNG charts")
 	if err := parse(fs, args); err != nil {
@@ -271,8 +296,8 @@ type command struct {
 }
 
 // newCommand registers the shared flags; outDir "" means the command writes no files.
-func newCommand(name string, stderr io.Writer, defaults defaultStrategies, timeout, slo time.Duration, outDir string) *command {
-	c := &command{fs: newFlagSet(name, stderr), defaults: defaults}
+func newCommand(name string, stdout io.Writer, defaults defaultStrategies, timeout, slo time.Duration, outDir string) *command {
+	c := &command{fs: newFlagSet(name, stdout), defaults: defaults}
 	c.sf.register(c.fs, timeout, slo)
 	c.st.register(c.fs, defaults.String())
 	if outDir != "" {
@@ -319,7 +344,7 @@ func progressLine(w io.Writer) func(lab.Progress) {
 }
 
 func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	c := newCommand("run", stderr, defaultStrategies{sized: scenarioSized}, 0, 0, filepath.Join("out", "lab"))
+	c := newCommand("run", stdout, defaultStrategies{sized: scenarioSized}, 0, 0, filepath.Join("out", "lab"))
 	arrivals := c.fs.String("arrivals", "poisson:rate=400", "arrivals: constant:rate=R, poisson:rate=R, ramp:from=R,to=R[,steps=N], spike:base=R,peak=R,at=D,for=D (ramp/spike take poisson=true), trace:FILE")
 	duration := c.fs.Duration("duration", 10*time.Second, "how long generated arrivals go on")
 	requests := c.fs.Int("requests", 0, "stop after this many fresh requests (0 = no cap)")
@@ -392,7 +417,7 @@ func parseLoads(s string) ([]float64, error) {
 }
 
 func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	c := newCommand("sweep", stderr, defaultStrategies{sized: scenarioSized}, time.Second, 500*time.Millisecond, filepath.Join("out", "sweep"))
+	c := newCommand("sweep", stdout, defaultStrategies{sized: scenarioSized}, time.Second, 500*time.Millisecond, filepath.Join("out", "sweep"))
 	capacity := c.fs.Float64("capacity", 0, "backend capacity in requests/s (0 = servers / mean service time)")
 	loadList := c.fs.String("loads", "0.25,0.5,0.75,1,1.25,1.5,2,3,4,6,8,10", "offered loads as multiples of capacity")
 	duration := c.fs.Duration("duration", 20*time.Second, "how long each point offers requests")
@@ -489,7 +514,7 @@ func writeSweepTable(w io.Writer, points []lab.SweepPoint) error {
 }
 
 func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	c := newCommand("compare", stderr, defaultStrategies{specs: lab.DefaultCompareSpecs()}, 2*time.Second, 0, "")
+	c := newCommand("compare", stdout, defaultStrategies{specs: lab.DefaultCompareSpecs()}, 2*time.Second, 0, "")
 	capacity := c.fs.Float64("capacity", 0, "backend capacity in requests/s that loads are multiples of (0 = servers / mean service time)")
 	load := c.fs.Float64("load", 2, "offered load as a multiple of capacity")
 	loadList := c.fs.String("loads", "", "several offered loads, e.g. 1.5,3,5 (overrides --load)")
@@ -692,7 +717,7 @@ func describeMachine(rows []lab.CompareRow) string {
 }
 
 func runCalibrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("calibrate", stderr)
+	fs := newFlagSet("calibrate", stdout)
 	service := fs.String("service", "slowtail:tailProb=0", "the backend's service time, as for lab run: calibration uses its mean")
 	servers := fs.Int("servers", 8, "backend workers")
 	unloaded := fs.Duration("unloaded", time.Second, "how long the unloaded phase runs")
@@ -755,7 +780,7 @@ func runCalibrate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 func msf(d time.Duration) float64 { return float64(d) / 1e6 }
 
 func runTrace(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("trace", stderr)
+	fs := newFlagSet("trace", stdout)
 	arrivals := fs.String("arrivals", "poisson:rate=100", "arrivals, as for lab run")
 	duration := fs.Duration("duration", 10*time.Second, "how long generated arrivals go on")
 	requests := fs.Int("requests", 0, "stop after this many requests (0 = no cap)")

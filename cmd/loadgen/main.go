@@ -28,7 +28,6 @@ import (
 	"github.com/loadshed/loadshed/internal/backend/backendpb"
 	"github.com/loadshed/loadshed/internal/cli"
 	"github.com/loadshed/loadshed/internal/loadgen"
-	"github.com/loadshed/loadshed/internal/version"
 )
 
 func main() { cli.Main("loadgen", run) }
@@ -50,10 +49,20 @@ func (h headerFlags) Set(v string) error {
 	return nil
 }
 
+var help = cli.Help{
+	Name:     "loadgen",
+	Synopsis: "sends an open-model HTTP load (or gRPC calls) to a target and reports goodput, refusals, latency and late starts",
+	Usage: []string{
+		"--target URL --rate N --duration D [flags]",
+		"--target URL --phases RATE:DURATION,... [flags]",
+		"--grpc --target HOST:PORT --rate N --duration D [flags]",
+	},
+	Examples: []string{"loadgen --target http://127.0.0.1:8000 --rate 800 --duration 8s --timeout 1s --slo 100ms"},
+}
+
 // run parses the command line, runs the load and prints the result.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cli.NewFlagSet(help, stdout)
 	var (
 		target      = fs.String("target", "", "base URL to load, e.g. http://127.0.0.1:8000/ (required)")
 		rate        = fs.Float64("rate", 0, "requests per second (with --duration)")
@@ -73,22 +82,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		grpcCode    = fs.Int("grpc-code", 0, "with --grpc: ask the backend to answer with this gRPC status code (0 = OK)")
 		grpcReply   = fs.Int("grpc-reply-bytes", 0, "with --grpc: ask the backend for a reply payload of this many bytes")
 		asJSON      = fs.Bool("json", false, "print the full result as JSON")
-		showVersion = fs.Bool("version", false, "print the version and exit")
 	)
 	headers := headerFlags{}
 	fs.Var(headers, "header", "request header \"Name: value\" (repeatable)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageError{Err: err}
-	}
-	if *showVersion {
-		_, err := fmt.Fprintln(stdout, version.String("loadgen"))
+	if err := cli.Parse(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return usageError{Err: fmt.Errorf("unexpected arguments %q", fs.Args())}
 	}
 
 	set := map[string]bool{}

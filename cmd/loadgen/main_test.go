@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/loadshed/loadshed/internal/backend"
+	"github.com/loadshed/loadshed/internal/cli"
 	"github.com/loadshed/loadshed/internal/loadgen"
 	"github.com/loadshed/loadshed/internal/slowtail"
 )
@@ -120,7 +121,7 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		t.Errorf("-h: %v", err)
 	}
 	out.Reset()
-	if err := run(context.Background(), []string{"--version"}, &out, &out); err != nil || !strings.HasPrefix(out.String(), "loadgen ") {
+	if err := run(context.Background(), []string{"--version"}, &out, &out); !errors.Is(err, cli.ErrDone) || !strings.HasPrefix(out.String(), "loadgen ") {
 		t.Errorf("--version: %v %q", err, out.String())
 	}
 }

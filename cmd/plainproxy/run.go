@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -13,7 +12,6 @@ import (
 	"time"
 
 	"github.com/loadshed/loadshed/internal/cli"
-	"github.com/loadshed/loadshed/internal/version"
 )
 
 // options are plainproxy's flags.
@@ -40,21 +38,22 @@ func (o options) Validate() error {
 	return errors.Join(errs...)
 }
 
+var help = cli.Help{
+	Name:     "plainproxy",
+	Synopsis: "a plain net/http reverse proxy without admission, the baseline the benchmarks compare loadshed with",
+	Usage:    []string{"[--listen ADDR] [--upstream URL] [flags]"},
+	Examples: []string{"plainproxy --listen 127.0.0.1:8000 --upstream http://127.0.0.1:8080"},
+}
+
 // run parses args, serves until ctx is done, then shuts down gracefully. It prints
 // "listening on ADDR" to stdout once the listener is open.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("plainproxy", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cli.NewFlagSet(help, stdout)
 	var o options
 	fs.StringVar(&o.Listen, "listen", "127.0.0.1:8000", "address to serve on")
 	fs.StringVar(&o.Upstream, "upstream", "http://127.0.0.1:8080", "upstream base URL")
 	fs.IntVar(&o.MaxIdleConnsPerHost, "max-idle-conns-per-host", 1024, "idle upstream connections kept (the default of 2 would churn connections under load)")
-	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := cli.Parse(fs, args); err != nil {
-		return err
-	}
-	if *showVersion {
-		_, err := fmt.Fprintln(stdout, version.String("plainproxy"))
 		return err
 	}
 	if err := o.Validate(); err != nil {

@@ -3,12 +3,15 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/loadshed/loadshed/internal/cli"
 )
 
 func TestRunProxiesAndStops(t *testing.T) {
@@ -115,7 +118,7 @@ func TestRunRejectsBadFlags(t *testing.T) {
 
 func TestRunVersion(t *testing.T) {
 	var out strings.Builder
-	if err := run(context.Background(), []string{"--version"}, &out, io.Discard); err != nil {
+	if err := run(context.Background(), []string{"--version"}, &out, io.Discard); !errors.Is(err, cli.ErrDone) {
 		t.Fatal(err)
 	}
 	if !strings.HasPrefix(out.String(), "plainproxy ") {

@@ -11,7 +11,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -25,14 +24,19 @@ import (
 	"github.com/loadshed/loadshed/internal/gate"
 	"github.com/loadshed/loadshed/internal/proxy"
 	"github.com/loadshed/loadshed/internal/quota"
-	"github.com/loadshed/loadshed/internal/version"
 )
 
 func main() { cli.Main("proxy", run) }
 
+var help = cli.Help{
+	Name:     "proxy",
+	Synopsis: "the loadshed sidecar: a reverse proxy that admits, queues or refuses each request before the service behind it",
+	Usage:    []string{"--config FILE [flags]", "--check-config FILE", "--version"},
+	Examples: []string{"proxy --config examples/minimal.yaml", "proxy --check-config examples/routes-priorities.yaml"},
+}
+
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cli.NewFlagSet(help, stdout)
 	configPath := fs.String("config", "", "configuration file (YAML)")
 	check := fs.String("check-config", "", "validate this configuration file and exit")
 	listen := fs.String("listen", "", "data address, overrides the file's listen")
@@ -40,13 +44,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	adminListen := fs.String("admin-listen", "", "admin address, overrides the file's adminListen")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	maxConfig := fs.Int64("max-config-bytes", config.MaxFileBytes, "largest configuration file accepted, at start and on reload")
-	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
-	}
-	if *showVersion {
-		fmt.Fprintln(stdout, version.String("proxy"))
-		return nil
 	}
 	if *maxConfig < 1 {
 		return cli.Usagef("--max-config-bytes: must be positive, got %d", *maxConfig)
@@ -60,7 +59,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", *check, err)
 		}
-		fmt.Fprintf(stdout, "%s: valid (strategy %s)\n", *check, c.Admission.Strategy)
+		fmt.Fprintf(stdout, "%s: valid: %s\n", *check, config.Summary(c))
 		return nil
 	}
 	if *configPath == "" {
@@ -74,7 +73,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	log := cli.NewLogger(stderr, level)
 	if err := memoryLimit(os.Getenv, log); err != nil {
 		return err
 	}

@@ -53,7 +53,7 @@ func TestOverridesAreValidatedLikeTheFile(t *testing.T) {
 
 func TestVersionAndUsage(t *testing.T) {
 	var out, errw bytes.Buffer
-	if err := run(context.Background(), []string{"--version"}, &out, &errw); err != nil || !strings.HasPrefix(out.String(), "proxy ") {
+	if err := run(context.Background(), []string{"--version"}, &out, &errw); !errors.Is(err, cli.ErrDone) || !strings.HasPrefix(out.String(), "proxy ") {
 		t.Fatalf("--version: %v %q", err, out.String())
 	}
 	if err := run(context.Background(), nil, &out, &errw); !errors.As(err, new(cli.UsageError)) {
@@ -100,5 +100,40 @@ func TestMemoryLimitFromTheContainer(t *testing.T) {
 	err := memoryLimit(env(map[string]string{memoryLimitEnv: "128Mi"}), log)
 	if err == nil || !strings.Contains(err.Error(), memoryLimitEnv) {
 		t.Fatalf("err %v, want one naming %s", err, memoryLimitEnv)
+	}
+}
+
+// TestExamplesPassCheckConfig: every configuration in examples/ passes proxy --check-config,
+// which says in one line what it sheds and how.
+func TestExamplesPassCheckConfig(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("..", "..", "examples", "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) < 3 {
+		t.Fatalf("examples/ holds %d configurations, want at least 3 (minimal, routes with priorities, quotas on Redis)", len(files))
+	}
+	for _, f := range files {
+		var out, errw bytes.Buffer
+		if err := run(context.Background(), []string{"--check-config", f}, &out, &errw); err != nil {
+			t.Errorf("%s: %v", f, err)
+			continue
+		}
+		if lines := strings.Split(strings.TrimSpace(out.String()), "\n"); len(lines) != 1 || !strings.HasPrefix(lines[0], f+": valid: strategy ") {
+			t.Errorf("%s: printed %q, want one line %q", f, out.String(), f+": valid: strategy ...")
+		}
+	}
+}
+
+// TestCheckConfigSaysWhatIsShed: the line names the strategy a file without one runs.
+func TestCheckConfigSaysWhatIsShed(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	os.WriteFile(path, []byte("upstream: http://127.0.0.1:9\n"), 0o600)
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"--check-config", path}, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if want := path + ": valid: strategy adaptive (gradient, initial limit 4, between 1 and 256) on the data port; no routes; quotas off\n"; out.String() != want {
+		t.Errorf("got  %q\nwant %q", out.String(), want)
 	}
 }

@@ -3,23 +3,27 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 
 	"github.com/loadshed/loadshed/internal/cli"
 	"github.com/loadshed/loadshed/internal/soak"
-	"github.com/loadshed/loadshed/internal/version"
 )
 
 // errFailed: the soak ran and found problems (exit status 1, the summary says which).
 var errFailed = errors.New("soak failed (see the summary)")
 
+var help = cli.Help{
+	Name:     "soak",
+	Synopsis: "runs the proxy at 10x overload for minutes and fails if its memory, goroutines, descriptors or in-flight grow",
+	Usage:    []string{"[--duration D] [--load X] [flags]"},
+	Examples: []string{"go run ./cmd/soak --duration 45s"},
+}
+
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := soak.Default()
-	fs := flag.NewFlagSet("soak", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cli.NewFlagSet(help, stdout)
 	fs.DurationVar(&c.Duration, "duration", c.Duration, "how long the load runs")
 	fs.Float64Var(&c.Load, "load", c.Load, "offered load as a multiple of the backend's nominal capacity")
 	fs.IntVar(&c.Workers, "workers", c.Workers, "backend workers (nominal; the schedule halves and doubles them)")
@@ -37,13 +41,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&c.Ceilings.FDs, "max-fds", c.Ceilings.FDs, "ceiling of the proxy's open file descriptors")
 	fs.Float64Var(&c.Ceilings.InFlight, "max-inflight", c.Ceilings.InFlight, "ceiling of requests in flight (the admission limit)")
 	fs.Float64Var(&c.MaxGrowth, "max-growth", c.MaxGrowth, "allowed growth of the last third's mean over the middle third's (fraction)")
-	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
-	}
-	if *showVersion {
-		fmt.Fprintln(stdout, version.String("soak"))
-		return nil
 	}
 	c.Ceilings.RSSBytes = *rssMiB << 20
 	if *admissionFile != "" {

@@ -12,7 +12,10 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
+
+	"github.com/loadshed/loadshed/internal/version"
 )
 
 // UsageError is a problem with the command line: the command did nothing and exits with 2.
@@ -28,13 +31,28 @@ func Usagef(format string, args ...any) error {
 }
 
 // Parse parses args with fs and refuses positional arguments: a bad flag or an argument is a
-// UsageError, -h and --help return flag.ErrHelp (fs has printed the usage).
+// UsageError (the flag package's own message and usage are not printed: ExitCode reports it),
+// -h and --help print the usage to fs's output and return flag.ErrHelp, and --version (on a flag
+// set of NewFlagSet) prints the version there and returns ErrDone.
 func Parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
+	usage, out := fs.Usage, fs.Output()
+	fs.Usage = func() {}
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	fs.Usage = usage
+	fs.SetOutput(out)
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fs.Usage()
 			return err
 		}
 		return UsageError{err}
+	}
+	if f := fs.Lookup("version"); f != nil {
+		if v, ok := f.Value.(*versionFlag); ok && v.set {
+			fmt.Fprintln(out, version.String(v.name))
+			return ErrDone
+		}
 	}
 	if fs.NArg() > 0 {
 		return Usagef("unexpected arguments %q", fs.Args())
@@ -43,10 +61,10 @@ func Parse(fs *flag.FlagSet, args []string) error {
 }
 
 // ExitCode reports err on stderr, prefixed with the command's name, and returns the exit
-// status: 0 for nil or flag.ErrHelp, 2 for a UsageError, 1 for anything else.
+// status: 0 for nil, flag.ErrHelp or ErrDone, 2 for a UsageError, 1 for anything else.
 func ExitCode(name string, err error, stderr io.Writer) int {
 	switch {
-	case err == nil, errors.Is(err, flag.ErrHelp):
+	case err == nil, Done(err):
 		return 0
 	case errors.As(err, new(UsageError)):
 		fmt.Fprintf(stderr, "%s: %v\nRun '%s --help' for usage.\n", name, err, name)
@@ -65,3 +83,71 @@ func Main(name string, run func(ctx context.Context, args []string, stdout, stde
 	stop()
 	os.Exit(ExitCode(name, err, os.Stderr))
 }
+
+// Help is what a command's --help prints: its synopsis, how it is called and an example.
+type Help struct {
+	Name     string   // the command as typed, e.g. "proxy" or "lab run"
+	Synopsis string   // one line: what the command does
+	Usage    []string // ways to call it, each after the name, e.g. "--config FILE [flags]"
+	Examples []string // whole command lines a user can paste
+}
+
+// Write prints h in the one help style of the project, then the flags of fs (when fs is not nil).
+func (h Help) Write(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprintf(w, "%s - %s\n\nUsage:\n", h.Name, h.Synopsis)
+	for _, u := range h.Usage {
+		fmt.Fprintf(w, "  %s %s\n", h.Name, u)
+	}
+	if len(h.Examples) > 0 {
+		fmt.Fprintln(w, "\nExample:")
+		for _, e := range h.Examples {
+			fmt.Fprintf(w, "  %s\n", e)
+		}
+	}
+	if fs == nil {
+		return
+	}
+	fmt.Fprintln(w, "\nFlags:")
+	fs.VisitAll(func(f *flag.Flag) {
+		name, usage := flag.UnquoteUsage(f)
+		line := "  --" + f.Name
+		if len(f.Name) == 1 {
+			line = "  -" + f.Name
+		}
+		if name != "" {
+			line += " " + name
+		}
+		fmt.Fprintf(w, "%s\n        %s", line, usage)
+		if f.DefValue != "" && f.DefValue != "0" && f.DefValue != "false" && f.DefValue != "[]" {
+			fmt.Fprintf(w, " (default %s)", f.DefValue)
+		}
+		fmt.Fprintln(w)
+	})
+}
+
+// versionFlag is --version: set, Parse prints the build's version.
+type versionFlag struct {
+	name string
+	set  bool
+}
+
+func (v *versionFlag) String() string     { return "false" }
+func (v *versionFlag) IsBoolFlag() bool   { return true }
+func (v *versionFlag) Set(s string) error { b, err := strconv.ParseBool(s); v.set = b; return err }
+
+// NewFlagSet returns the command's flag set: --help prints h and the flags to stdout, --version
+// prints the version to stdout (both through Parse, which then returns ErrDone), and a bad flag
+// is a UsageError that names it, without the help.
+func NewFlagSet(h Help, stdout io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(h.Name, flag.ContinueOnError)
+	fs.SetOutput(stdout)
+	fs.Var(&versionFlag{name: h.Name}, "version", "print the version and exit")
+	fs.Usage = func() { h.Write(fs.Output(), fs) }
+	return fs
+}
+
+// ErrDone ends a command that printed what its command line asked for (--version): exit 0.
+var ErrDone = errors.New("done")
+
+// Done reports whether err ends the command without a failure: --help or --version was asked.
+func Done(err error) bool { return errors.Is(err, flag.ErrHelp) || errors.Is(err, ErrDone) }

@@ -102,7 +102,34 @@ func (a *Admission) block(k *Kind) Block {
 	return k.New()
 }
 
-func (a *Admission) setDefaults() { *a = Admission{Strategy: StrategyNone} }
+// DefaultStrategy is the strategy of a configuration that names none: the file's admission
+// block, a route's, or a file with no admission block at all. Adaptive needs no sizing, and
+// protects a service whose capacity nobody measured; the chart and inject default to it too.
+const DefaultStrategy = StrategyAdaptive
+
+// setDefaults: a route's admission block starts without a strategy; defaultStrategy gives it
+// one once it is decoded.
+func (a *Admission) setDefaults() { *a = Admission{} }
+
+// defaultStrategy gives a decoded block that names no strategy DefaultStrategy, unless it holds
+// the settings of a strategy that needs them (an inflight block, a chain, ...): the writer
+// surely meant that strategy, and running another instead would be a surprise.
+func (a *Admission) defaultStrategy(errs *Problems, path string) {
+	if a.Strategy != "" {
+		return
+	}
+	if len(a.Chain) > 0 {
+		errs.add(path+".strategy", "required with a chain: write strategy: chain (a block without a strategy runs %s)", DefaultStrategy)
+		return
+	}
+	for _, k := range registry {
+		if k.Required && a.blocks[k.Block] != nil {
+			errs.add(path+".strategy", "required with the %s block: write strategy: %s (a block without a strategy runs %s)", k.Block, k.Name, DefaultStrategy)
+			return
+		}
+	}
+	a.Strategy = DefaultStrategy
+}
 
 // extraField decodes the registry's block keys: a block written in the file starts from its
 // kind's defaults.

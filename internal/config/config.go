@@ -279,7 +279,7 @@ func Default() Config {
 			RateLimited: 429, QueueFull: 503, QueueTimeout: 503, ConcurrencyLimit: 503,
 			Draining: 503, Deadline: 503, ClientLimited: 429, Denied: 403, SidecarOverload: 503,
 		},
-		Admission: Admission{Strategy: StrategyNone},
+		Admission: Admission{Strategy: DefaultStrategy},
 		Headers:   defaultHeaders(),
 		Reload:    Reload{Watch: true, Interval: Duration(2 * time.Second)},
 		ExtProc:   DefaultExtProc(),
@@ -342,12 +342,21 @@ func Parse(data []byte) (*Config, error) { return ParseWith(data, nil) }
 // before it is validated.
 func ParseWith(data []byte, adjust func(*Config)) (*Config, error) {
 	c := Default()
+	c.Admission.Strategy = "" // set by defaultStrategy below, unless the file names one
 	var errs Problems
 	if doc := readDocument(data, "", "a configuration", &errs); doc != nil {
 		strictDecode(doc, &c, &errs)
 	}
 	if len(errs.List) == 0 {
 		c.deprecate()
+		c.Admission.defaultStrategy(&errs, "admission")
+		for i, r := range c.Routes {
+			if r.Admission != nil {
+				r.Admission.defaultStrategy(&errs, fmt.Sprintf("routes[%d].admission", i))
+			}
+		}
+	}
+	if len(errs.List) == 0 {
 		if adjust != nil {
 			adjust(&c)
 		}
@@ -385,10 +394,10 @@ func readDocument(data []byte, path, what string, errs *Problems) *yaml.Node {
 
 // ParseAdmission decodes an admission block alone (what stands under "admission:" in the file)
 // with the same strict decoder and validation, so problems name the same fields
-// ("admission.inflight.limit"). As in the file, an omitted strategy is "none". The lab and the
+// ("admission.inflight.limit"). As in the file, an omitted strategy is DefaultStrategy. The lab and the
 // tools that run a policy outside the proxy read policies with it.
 func ParseAdmission(data []byte) (*Admission, error) {
-	a := Admission{Strategy: StrategyNone}
+	var a Admission
 	var errs Problems
 	switch doc := readDocument(data, "admission", "an admission block", &errs); {
 	case doc == nil && len(errs.List) == 0:
@@ -399,6 +408,9 @@ func ParseAdmission(data []byte) (*Admission, error) {
 		errs.addLine(n.Line, "admission", "want a mapping such as {strategy: inflight, inflight: {limit: 8}}, got %s", describe(n))
 	default:
 		decodeValue(doc.Content[0], reflect.ValueOf(&a).Elem(), "admission", &errs)
+	}
+	if len(errs.List) == 0 {
+		a.defaultStrategy(&errs, "admission")
 	}
 	if len(errs.List) == 0 {
 		a.validate(&errs, "admission")

@@ -22,28 +22,72 @@ type Row struct {
 // Latencies are in milliseconds; invalid runs are flagged in the last column.
 func WriteTable(w io.Writer, capacity float64, rows []Row) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "run\toffered rps\tgoodput rps\tgoodput/C\tp50 ms\tp99 ms\tshed %\ttimeout %\tlate starts\tvalid\t")
+	fmt.Fprintln(tw, strings.Join(tableHeader, "\t")+"\t")
 	for _, row := range rows {
-		r := row.Result
-		if r == nil {
-			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t-\t-\tno result\t\n", row.Name)
-			continue
-		}
-		share := "-"
-		if capacity > 0 {
-			share = fmt.Sprintf("%.2f", ratio(r.GoodputRPS, math.Min(r.OfferedRPS, capacity)))
-		}
-		valid := "yes"
-		if !r.Valid {
-			valid = "NO"
-		}
-		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%s\t%s\t%s\t%.1f\t%.1f\t%d\t%s\t\n",
-			row.Name, r.OfferedRPS, r.GoodputRPS, share,
-			millis(r.AdmittedLatency.P50), millis(r.AdmittedLatency.P99),
-			100*r.ShedShare, 100*ratio(float64(r.Timeouts), float64(r.Offered)),
-			r.LateStarts, valid)
+		fmt.Fprintln(tw, strings.Join(tableCells(capacity, row), "\t")+"\t")
 	}
 	return tw.Flush()
+}
+
+// tableHeader names WriteTable's columns.
+var tableHeader = []string{"run", "offered rps", "goodput rps", "goodput/C", "p50 ms", "p99 ms", "shed %", "timeout %", "late starts", "valid"}
+
+// tableCells are the cells of one row of WriteTable.
+func tableCells(capacity float64, row Row) []string {
+	r := row.Result
+	if r == nil {
+		return []string{row.Name, "-", "-", "-", "-", "-", "-", "-", "-", "no result"}
+	}
+	share := "-"
+	if capacity > 0 {
+		share = fmt.Sprintf("%.2f", ratio(r.GoodputRPS, math.Min(r.OfferedRPS, capacity)))
+	}
+	valid := "yes"
+	if !r.Valid {
+		valid = "NO"
+	}
+	return []string{row.Name, fmt.Sprintf("%.0f", r.OfferedRPS), fmt.Sprintf("%.0f", r.GoodputRPS), share,
+		millis(r.AdmittedLatency.P50), millis(r.AdmittedLatency.P99),
+		fmt.Sprintf("%.1f", 100*r.ShedShare), fmt.Sprintf("%.1f", 100*ratio(float64(r.Timeouts), float64(r.Offered))),
+		fmt.Sprintf("%d", r.LateStarts), valid}
+}
+
+// RowWriter writes WriteTable's table one row at a time, in columns of fixed width, so that a
+// row can be printed as soon as its run ends (the demo's runs take seconds each).
+type RowWriter struct {
+	w         io.Writer
+	capacity  float64
+	nameWidth int
+}
+
+// NewRowWriter returns a RowWriter for rows whose names are at most nameWidth characters; it
+// writes the header at once.
+func NewRowWriter(w io.Writer, capacity float64, nameWidth int) (*RowWriter, error) {
+	t := &RowWriter{w: w, capacity: capacity, nameWidth: max(nameWidth, len(tableHeader[0]))}
+	return t, t.line(tableHeader)
+}
+
+// Write writes one row.
+func (t *RowWriter) Write(row Row) error { return t.line(tableCells(t.capacity, row)) }
+
+// line writes cells right-aligned: the name in nameWidth, each other cell in its header's width
+// (at least 6; the last as wide as "no result"), two spaces apart.
+func (t *RowWriter) line(cells []string) error {
+	var b strings.Builder
+	for i, c := range cells {
+		width := t.nameWidth
+		if i > 0 {
+			width = max(len(tableHeader[i]), 6)
+			if i == len(tableHeader)-1 {
+				width = len("no result")
+			}
+			b.WriteString("  ")
+		}
+		fmt.Fprintf(&b, "%*s", width, c)
+	}
+	b.WriteString("\n")
+	_, err := io.WriteString(t.w, b.String())
+	return err
 }
 
 // millis formats d in milliseconds with one decimal.

@@ -68,3 +68,42 @@ func TestWriteSummary(t *testing.T) {
 		}
 	}
 }
+
+// TestRowWriter: rows written one at a time line up under the header, like WriteTable's.
+func TestRowWriter(t *testing.T) {
+	good := &Result{OfferedRPS: 800, GoodputRPS: 368, ShedShare: 0.54, Offered: 6400, Timeouts: 64,
+		AdmittedLatency: Latency{P50: 21500 * time.Microsecond, P99: 23 * time.Millisecond}, Valid: true}
+	var b strings.Builder
+	rw, err := NewRowWriter(&b, 400, len("adaptive @ 2x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(b.String(), "\n") != 1 {
+		t.Fatalf("the header is not written at once: %q", b.String())
+	}
+	for _, r := range []Row{{"none @ 2x", good}, {"adaptive @ 2x", nil}} {
+		if err := rw.Write(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lines := strings.Split(strings.TrimRight(b.String(), "\n"), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("%d lines:\n%s", len(lines), b.String())
+	}
+	header := lines[0]
+	for i, want := range [][]string{nil, {"none @ 2x", "800", "368", "0.92", "21.5", "23.0", "54.0", "1.0", "yes"}, {"adaptive @ 2x", "no result"}} {
+		if len(lines[i]) != len(header) {
+			t.Errorf("line %d is %d wide, the header %d:\n%s", i, len(lines[i]), len(header), b.String())
+		}
+		for _, w := range want {
+			if !strings.Contains(lines[i], w) {
+				t.Errorf("line %d %q lacks %q", i, lines[i], w)
+			}
+		}
+	}
+	// Each column ends where its header ends: the p99 cell's last character sits under "ms".
+	end := strings.Index(header, "p99 ms") + len("p99 ms")
+	if got := lines[1][end-4 : end]; got != "23.0" {
+		t.Errorf("p99 column misaligned: %q under %q", got, header[end-6:end])
+	}
+}
