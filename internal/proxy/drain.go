@@ -6,12 +6,13 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+
+	"github.com/loadshed/loadshed/internal/config"
 )
 
 // DrainTokenEnv names the environment variable that carries the token GET /drain on the admin
-// port requires (the chart, inject and the injector generate one per pod and put it both there
-// and in the application's preStop hook).
-const DrainTokenEnv = "LOADSHED_DRAIN_TOKEN"
+// port requires (config.DrainTokenEnv).
+const DrainTokenEnv = config.DrainTokenEnv
 
 // minDrainTokenLen is the shortest token accepted: anything shorter could be guessed by a pod
 // that reaches the admin port and tries.
