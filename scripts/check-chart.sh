@@ -68,6 +68,8 @@ expect_rejected "zero rate" "at '/admission/tokenBucket/rate'" --set admission.t
 expect_rejected "bad duration" "at '/admission/boundedQueue/maxWait'" --set-string admission.boundedQueue.maxWait=eighty
 expect_rejected "short grace period" "terminationGracePeriodSeconds" --set terminationGracePeriodSeconds=5
 expect_rejected "unknown native mode" "at '/proxy/native'" --set proxy.native=yes
+expect_rejected "removed server.fastPath" "'fastPath' not allowed" --set proxy.server.fastPath=true
+expect_rejected "short drain token" "at '/proxy/drainToken'" --set proxy.drainToken=short
 
 # The injector's chart.
 injector=deploy/helm/loadshed-injector
