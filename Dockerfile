@@ -2,6 +2,10 @@
 # simulator in one static, shell-less image that runs as uid/gid 65532.
 #
 #   docker build --build-arg VERSION=v0.1.0 -t loadshed:v0.1.0 .
+#   docker buildx build --platform linux/amd64,linux/arm64 --build-arg VERSION=v0.1.0 -t REF --push .
+#
+# The build stage runs on the builder's own platform and cross-compiles for the target's (Go
+# needs no emulator for that); the release workflow (.github/workflows/release.yml) builds both.
 #
 # BUILD_TAGS passes Go build tags: the default leaves the lab's charts (nocharts) and its live
 # half (nolive: the in-process proxy and backend of "lab compare") out of the image.
@@ -14,7 +18,7 @@
 ARG GO_IMAGE=golang:1.26-bookworm
 
 # rootfs: build static binaries and lay out the runtime filesystem under /rootfs.
-FROM ${GO_IMAGE} AS rootfs
+FROM --platform=${BUILDPLATFORM} ${GO_IMAGE} AS rootfs
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
@@ -23,7 +27,9 @@ COPY internal/ internal/
 COPY pkg/ pkg/
 ARG VERSION=dev
 ARG BUILD_TAGS=nocharts,nolive
-RUN CGO_ENABLED=0 go build -trimpath -buildvcs=false -tags "${BUILD_TAGS}" \
+ARG TARGETOS
+ARG TARGETARCH
+RUN GOOS="${TARGETOS:-$(go env GOOS)}" GOARCH="${TARGETARCH:-$(go env GOARCH)}" CGO_ENABLED=0 go build -trimpath -buildvcs=false -tags "${BUILD_TAGS}" \
       -ldflags "-s -w -X github.com/loadshed/loadshed/internal/version.Version=${VERSION}" \
       -o /rootfs/usr/local/bin/ ./cmd/proxy ./cmd/backend ./cmd/lab
 COPY deploy/docker/rootfs/ /rootfs/

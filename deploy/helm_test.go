@@ -15,6 +15,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
@@ -100,6 +101,7 @@ type manifests struct {
 	PDBs         []*policyv1.PodDisruptionBudget
 	HPAs         []*autoscalingv2.HorizontalPodAutoscaler
 	Pods         []*corev1.Pod
+	NetPolicies  []*networkingv1.NetworkPolicy
 	Monitoring   []map[string]any // monitoring.coreos.com objects
 	KindsInOrder []string
 }
@@ -137,6 +139,8 @@ func decode(t *testing.T, out []byte) *manifests {
 			m.HPAs = append(m.HPAs, strict[autoscalingv2.HorizontalPodAutoscaler](doc, &err))
 		case "v1/Pod":
 			m.Pods = append(m.Pods, strict[corev1.Pod](doc, &err))
+		case "networking.k8s.io/v1/NetworkPolicy":
+			m.NetPolicies = append(m.NetPolicies, strict[networkingv1.NetworkPolicy](doc, &err))
 		case "monitoring.coreos.com/v1/ServiceMonitor", "monitoring.coreos.com/v1/PodMonitor",
 			"monitoring.coreos.com/v1/PrometheusRule":
 			var u map[string]any

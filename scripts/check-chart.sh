@@ -6,7 +6,9 @@
 #      with a message naming the value;
 #   3. generated chart files (rules template, dashboard copy, README) are up to date,
 #      and the two Dockerfiles' runtime stages agree;
-#   4. the Go tests in deploy/ (typed decoding of every manifest, rules, dashboard).
+#   4. the Go tests in deploy/ (typed decoding of every manifest, rules, dashboard);
+#   5. the release workflow (.github/workflows/) passes actionlint, pinned in
+#      scripts/install-tools.sh ($ACTIONLINT, else installed there).
 # and the injector's chart deploy/helm/loadshed-injector: lint and template with each of its
 # ci/*-values.yaml, bad values rejected, and its rendered settings.yaml the one cmd/injector's
 # tests decode (cmd/injector/testdata/valid-chart-defaults.yaml).
@@ -68,6 +70,8 @@ expect_rejected "zero rate" "at '/admission/tokenBucket/rate'" --set admission.t
 expect_rejected "bad duration" "at '/admission/boundedQueue/maxWait'" --set-string admission.boundedQueue.maxWait=eighty
 expect_rejected "short grace period" "terminationGracePeriodSeconds" --set terminationGracePeriodSeconds=5
 expect_rejected "unknown native mode" "at '/proxy/native'" --set proxy.native=yes
+expect_rejected "removed server.fastPath" "'fastPath' not allowed" --set proxy.server.fastPath=true
+expect_rejected "short drain token" "at '/proxy/drainToken'" --set proxy.drainToken=short
 
 # The injector's chart.
 injector=deploy/helm/loadshed-injector
@@ -95,6 +99,17 @@ if ! (cd deploy && go run ./cmd/genchart -check); then
 	fail "generated chart files are stale: run 'go generate' in deploy/"
 fi
 scripts/image.sh --check || fail "Dockerfile and deploy/docker/Dockerfile.local disagree"
+
+# The release workflow cannot run here: actionlint checks it (syntax, expressions, action inputs,
+# and its shell with shellcheck where that is installed).
+ACTIONLINT="${ACTIONLINT:-$(scripts/install-tools.sh actionlint | sed -n 's/^actionlint=//p')}"
+if [[ ! -x "$ACTIONLINT" ]]; then
+	fail "actionlint is not installed (scripts/install-tools.sh actionlint)"
+elif out="$("$ACTIONLINT" -no-color .github/workflows/*.yml 2>&1)"; then
+	echo "check-chart: ok, actionlint $("$ACTIONLINT" -version | head -n1): $(ls .github/workflows/*.yml | tr '\n' ' ')" >&2
+else
+	fail "actionlint:"$'\n'"$out"
+fi
 
 if [[ "${SKIP_GO_TESTS:-0}" != 1 ]]; then
 	(cd deploy && go vet ./... && go test -count=1 ./...) || fail "Go tests in deploy/"

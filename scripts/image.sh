@@ -6,11 +6,19 @@
 #
 #   scripts/image.sh                  # builds loadshed:dev
 #   IMAGE=loadshed:v0.1.0 VERSION=v0.1.0 scripts/image.sh
+#   scripts/image.sh --push registry.example.com/tools/loadshed:v0.1.0
+#                                     # builds it under that reference and pushes it (log in with
+#                                     # docker login first); the chart's image.repository/tag,
+#                                     # inject --image and the injector's injection.image take it
 #   scripts/image.sh --check          # only check that the two Dockerfiles agree
 #
+# The image is for the host's architecture. Multi-arch images (linux/amd64 and linux/arm64) come
+# from the repository's Dockerfile with docker buildx, as the release workflow builds them.
+#
 # Environment:
-#   IMAGE    image reference to tag (default loadshed:dev)
-#   VERSION  version stamped into the binaries and the labels (default: the tag of IMAGE)
+#   IMAGE    image reference to tag (default loadshed:dev; --push REF sets it to REF)
+#   VERSION  version stamped into the binaries and the labels (default: the tag of IMAGE, "dev"
+#            when it has none)
 #   BINDIR   use the static binaries proxy, backend and lab found there instead of building them
 #   BUILD_TAGS  Go build tags for the binaries, as the Dockerfile's BUILD_TAGS build argument
 #               (default nocharts,nolive: the lab in the image writes CSVs, not PNGs, and runs
@@ -20,8 +28,31 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+push=
+case "${1:-}" in
+--check | "") ;;
+--push)
+	if [[ $# -ne 2 || -z "$2" || "$2" == -* ]]; then
+		echo "image.sh: --push needs an image reference, e.g. --push registry.example.com/tools/loadshed:v0.1.0" >&2
+		exit 2
+	fi
+	push=$2
+	IMAGE=$push
+	set --
+	;;
+*)
+	echo "usage: scripts/image.sh [--check | --push REF]" >&2
+	exit 2
+	;;
+esac
+
 IMAGE="${IMAGE:-loadshed:dev}"
-VERSION="${VERSION:-${IMAGE##*:}}"
+# The tag: what follows the last ':' after the last '/' (a registry's port is not a tag).
+tag=dev
+if [[ "${IMAGE##*/}" == *:* ]]; then
+	tag="${IMAGE##*:}"
+fi
+VERSION="${VERSION:-$tag}"
 BINARIES=(proxy backend lab)
 
 # runtime_stage prints a Dockerfile from its runtime stage's FROM line to the end.
@@ -50,7 +81,7 @@ if [[ "${1:-}" == "--check" ]]; then
 	exit 0
 fi
 if [[ $# -gt 0 ]]; then
-	echo "usage: scripts/image.sh [--check]" >&2
+	echo "usage: scripts/image.sh [--check | --push REF]" >&2
 	exit 2
 fi
 
@@ -105,5 +136,12 @@ new_id="$(docker image inspect -f '{{.Id}}' "$IMAGE")"
 if [[ -n "$old_id" && "$old_id" != "$new_id" ]]; then
 	# Drop the image this tag used to name, unless something still uses it.
 	docker rmi "$old_id" >/dev/null 2>&1 || true
+fi
+if [[ -n "$push" ]]; then
+	echo "image.sh: pushing $push" >&2
+	if ! docker push "$push" >&2; then
+		echo "image.sh: docker push $push failed (logged in to its registry? docker login ${push%%/*})" >&2
+		exit 1
+	fi
 fi
 echo "$IMAGE"

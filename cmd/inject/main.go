@@ -50,8 +50,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		port     = fs.Int("sidecar-port", inject.DefaultPort, "the sidecar's data port, moved up if the pod uses it")
 		adminPrt = fs.Int("admin-port", inject.DefaultAdminPort, "the sidecar's admin port (metrics, health), moved up if the pod uses it")
 	)
-	fs.Var(&in, "f", "a manifest `FILE` (repeatable; - is stdin); none reads stdin")
-	fs.StringVar(&s.Image, "image", inject.DefaultImage, "the loadshed image")
+	fs.Var(&in, "f", "a manifest file (repeatable; - is stdin); none reads stdin")
+	fs.StringVar(&s.Image, "image", inject.DefaultImage, "the loadshed image: the release this inject was built from, or yours (scripts/image.sh --push REF)")
 	fs.StringVar(&s.Strategy, "strategy", inject.DefaultStrategy, "admission strategy of the generated configuration: "+strings.Join(config.Strategies, ", "))
 	fs.StringVar(&s.ConfigMap, "config-map", "", "an existing ConfigMap with the sidecar's config.yaml, instead of a generated one")
 	fs.StringVar(&s.PortName, "port", "", "the application's named port to put the sidecar in front of (default: the pod's only named port)")
@@ -99,6 +99,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if _, err := stdout.Write(out); err != nil {
 		fmt.Fprintf(stderr, "inject: %v\n", err)
 		return 1
+	}
+	if rep.Injected > 0 && inject.DevImage(s.Image) {
+		fmt.Fprintf(stderr, "warning: image %s is a development tag no registry serves (pods will not pull it): push yours with scripts/image.sh --push REF and pass --image REF, or use a release's image\n", s.Image)
 	}
 	return 0
 }

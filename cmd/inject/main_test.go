@@ -41,7 +41,7 @@ func TestRun(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			var out, errb bytes.Buffer
-			code := run(c.args, strings.NewReader(c.stdin), &out, &errb)
+			code := run(append([]string{"--image", "registry.example/loadshed:v1"}, c.args...), strings.NewReader(c.stdin), &out, &errb)
 			if code != c.code || !strings.Contains(out.String(), c.out) || !strings.Contains(errb.String(), c.err) {
 				t.Fatalf("exit %d, stdout %q, stderr %q; want exit %d, stdout with %q, stderr with %q", code, out.String(), errb.String(), c.code, c.out, c.err)
 			}
@@ -49,5 +49,40 @@ func TestRun(t *testing.T) {
 				t.Errorf("a failed run wrote %d bytes", out.Len())
 			}
 		})
+	}
+}
+
+// TestDevImageWarning: writing a ":dev" image (a development build's default, which no registry
+// serves) warns in one line on stderr naming the image and what to do; a real reference does not.
+func TestDevImageWarning(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		warn bool
+	}{
+		{[]string{"--image", "loadshed:dev"}, true},
+		{[]string{"--image", "registry.example/shop/loadshed:dev"}, true},
+		{[]string{"--image", "registry.example/loadshed:v0.2.0"}, false},
+	} {
+		var out, errb bytes.Buffer
+		if code := run(c.args, strings.NewReader(deployment), &out, &errb); code != 0 {
+			t.Fatalf("%v: exit %d: %s", c.args, code, errb.String())
+		}
+		var warnings []string
+		for _, l := range strings.Split(errb.String(), "\n") {
+			if strings.Contains(l, ":dev") {
+				warnings = append(warnings, l)
+			}
+		}
+		if c.warn && (len(warnings) != 1 || !strings.Contains(warnings[0], c.args[1]) || !strings.Contains(warnings[0], "--image")) {
+			t.Errorf("%v: want one warning line naming the image and --image, got %q", c.args, errb.String())
+		}
+		if !c.warn && len(warnings) > 0 {
+			t.Errorf("%v: warned %q", c.args, warnings)
+		}
+	}
+	// Nothing injected, nothing written in that image: no warning.
+	var out, errb bytes.Buffer
+	if code := run([]string{"--image", "loadshed:dev"}, strings.NewReader("apiVersion: v1\nkind: Service\nmetadata: {name: s}\n"), &out, &errb); code != 0 || strings.Contains(errb.String(), "warning") {
+		t.Errorf("no workload: exit %d, stderr %q, want no warning", code, errb.String())
 	}
 }

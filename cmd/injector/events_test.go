@@ -31,7 +31,7 @@ func eventsWebhook(t *testing.T, client *fake.Clientset) *webhook {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	rec, stop := startEvents(client.CoreV1(), log)
 	t.Cleanup(stop)
-	h, err := newWebhook(inject.Settings{}.Defaults(), config.Strategies, log, prometheus.NewRegistry(), withEvents(rec))
+	h, err := newWebhook(inject.Settings{DrainToken: pinnedToken}.Defaults(), config.Strategies, log, prometheus.NewRegistry(), withEvents(rec))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +153,7 @@ func TestNoEvent(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h, created := recordingWebhook(t)
-			plain, _ := testWebhook(t, inject.Settings{})
+			plain, _ := testWebhook(t, inject.Settings{DrainToken: pinnedToken}) // the same pod from both
 			raw, _ := json.Marshal(tc.pod)
 			review := reviewRaw(t, raw, admissionv1.Create, "Pod")
 			sameAnswer(t, raw, answer(t, h, review), answer(t, plain, review))

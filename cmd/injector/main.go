@@ -127,6 +127,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		sidecar = "native sidecar"
 	}
 	log.Info("settings", "kubeVersion", s.Kube.String(), "sidecar", sidecar, "image", s.Image, "strategy", s.Strategy, "configMap", s.ConfigMap)
+	if inject.DevImage(s.Image) {
+		log.Warn("the sidecar image is a development tag no registry serves: pods will not pull it unless it was loaded into the nodes; set injection.image to a release or to yours (scripts/image.sh --push REF)", "image", s.Image)
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -164,7 +164,7 @@ func TestPatchIsTheLibrarysInjection(t *testing.T) {
 	for _, kube := range []string{"1.33", "1.31"} {
 		t.Run(kube, func(t *testing.T) {
 			v, _ := inject.ParseVersion(kube)
-			s := inject.Settings{ConfigMap: "shop-loadshed", Kube: v}
+			s := inject.Settings{ConfigMap: "shop-loadshed", Kube: v, DrainToken: pinnedToken} // random by default
 			h, reg := testWebhook(t, s)
 			pod := appPod()
 			raw, _ := json.Marshal(pod)
@@ -365,5 +365,38 @@ func TestUndecodablePod(t *testing.T) {
 	resp := answer(t, h, reviewRaw(t, []byte(`{"spec":{"containers":"no"}}`), admissionv1.Create, "Pod"))
 	if resp.Patch != nil || len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], "does not decode") {
 		t.Errorf("patch %s, warnings %q", resp.Patch, resp.Warnings)
+	}
+}
+
+// pinnedToken is the drain token of tests that compare whole pods (random by default).
+const pinnedToken = "pinned-drain-token-0123456789"
+
+// TestDrainTokenPerPod: the webhook gives every pod it injects a drain token of its own, in the
+// sidecar's environment and in the application's drain hook, so one pod's token opens no other
+// pod's /drain.
+func TestDrainTokenPerPod(t *testing.T) {
+	h, _ := testWebhook(t, inject.Settings{Kube: inject.Version{Major: 1, Minor: 33}})
+	seen := map[string]bool{}
+	for range 5 {
+		raw, _ := json.Marshal(appPod())
+		pod := decodePod(t, patched(t, raw, answer(t, h, reviewRaw(t, raw, admissionv1.Create, "Pod"))))
+		if len(pod.Spec.InitContainers) != 1 {
+			t.Fatalf("want the native sidecar, got init containers %+v", pod.Spec.InitContainers)
+		}
+		var token string
+		for _, e := range pod.Spec.InitContainers[0].Env {
+			if e.Name == config.DrainTokenEnv {
+				token = e.Value
+			}
+		}
+		if len(token) < 16 || seen[token] {
+			t.Fatalf("drain token %q: want a new one of at least 16 characters for every pod", token)
+		}
+		seen[token] = true
+		hook := pod.Spec.Containers[0].Lifecycle.PreStop
+		if hook == nil || hook.HTTPGet == nil || len(hook.HTTPGet.HTTPHeaders) != 1 ||
+			hook.HTTPGet.HTTPHeaders[0] != (corev1.HTTPHeader{Name: "Authorization", Value: "Bearer " + token}) {
+			t.Fatalf("drain hook %+v, want it to present the sidecar's token", hook)
+		}
 	}
 }

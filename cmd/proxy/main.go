@@ -7,6 +7,8 @@
 //	proxy --version
 //
 // POD_NAME, when set, names this replica among those that share a quota store (clients.store).
+// LOADSHED_DRAIN_TOKEN is the token GET /drain on the admin port requires (Authorization: Bearer);
+// unset, /drain is refused to everyone.
 package main
 
 import (
@@ -80,7 +82,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	quota.SetClientLogger(log)
 	srv, err := proxy.New(cfg, proxy.Options{Logger: log, ConfigPath: *configPath, Overrides: overrides(*listen, *upstream, *adminListen),
 		MaxConfigBytes: *maxConfig, Doors: []gate.OpenDoor{extproc.Open},
-		ReplicaID: os.Getenv(podNameEnv)})
+		ReplicaID: os.Getenv(podNameEnv), DrainToken: os.Getenv(proxy.DrainTokenEnv)})
 	if err != nil {
 		return err
 	}

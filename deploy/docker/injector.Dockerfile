@@ -10,14 +10,18 @@
 
 ARG GO_IMAGE=golang:1.26-bookworm
 
-FROM ${GO_IMAGE} AS build
+FROM --platform=${BUILDPLATFORM} ${GO_IMAGE} AS build
 WORKDIR /src
 COPY go.mod go.sum ./
 COPY cmd/ cmd/
 COPY internal/ internal/
 COPY pkg/ pkg/
+ARG VERSION=dev
+ARG TARGETOS
+ARG TARGETARCH
 RUN cd cmd/injector && go mod download \
- && CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags "-s -w" -o /out/injector .
+ && GOOS="${TARGETOS:-$(go env GOOS)}" GOARCH="${TARGETARCH:-$(go env GOARCH)}" CGO_ENABLED=0 go build -trimpath -buildvcs=false \
+      -ldflags "-s -w -X github.com/loadshed/loadshed/internal/version.Version=${VERSION}" -o /out/injector .
 
 FROM scratch
 COPY --from=build /out/injector /usr/local/bin/injector

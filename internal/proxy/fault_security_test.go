@@ -198,7 +198,7 @@ func TestSecurityAdminIsSeparateFromData(t *testing.T) {
 	}{
 		{"GET", "/metrics", 200}, {"GET", "/healthz", 200}, {"GET", "/readyz", 200},
 		{"GET", "/", 200}, {"POST", "/", 405}, {"GET", "/anything", 404}, {"GET", "/debug/pprof/", 404}, {"GET", "/admin/config", 404},
-		{"POST", "/admin/config", 404}, {"POST", "/metrics", 405}, {"POST", "/drain?delay=1s", 405}, {"GET", "/drain?delay=forever", 400}, {"PUT", "/readyz", 405}, {"DELETE", "/healthz", 405},
+		{"POST", "/admin/config", 404}, {"POST", "/metrics", 405}, {"POST", "/drain?delay=1s", 405}, {"GET", "/drain?delay=forever", 403}, {"PUT", "/readyz", 405}, {"DELETE", "/healthz", 405},
 	} {
 		req, _ := http.NewRequest(c.method, admin.URL+c.path, strings.NewReader(`{"workers":1}`))
 		res, err := http.DefaultClient.Do(req)

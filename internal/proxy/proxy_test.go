@@ -351,7 +351,7 @@ func TestGracefulShutdown(t *testing.T) {
 // without touching readiness; the window ends with the call, and keep-alive comes back.
 func TestDrainWindow(t *testing.T) {
 	up := newUpstream(t, newValve())
-	p := serveProxy(t, proxyYAML(up, "  strategy: none"), Options{})
+	p := serveProxy(t, proxyYAML(up, "  strategy: none"), Options{DrainToken: testDrainToken})
 	// One keep-alive connection, idle in the client's pool.
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
 	t.Cleanup(client.CloseIdleConnections)
@@ -384,11 +384,11 @@ func TestDrainWindow(t *testing.T) {
 	}
 
 	// A zero delay answers at once; a bad one is refused, naming the parameter.
-	if res, body := get(t, "http://"+p.admin+"/drain?delay=0s"); res.StatusCode != 200 || body != "drained\n" {
+	if res, body := get(t, "http://"+p.admin+"/drain?delay=0s", drainAuth...); res.StatusCode != 200 || body != "drained\n" {
 		t.Fatalf("delay=0s: %d %q", res.StatusCode, body)
 	}
 	for _, q := range []string{"", "?delay=soon", "?delay=-1s", "?delay=1h"} {
-		if res, body := get(t, "http://"+p.admin+"/drain"+q); res.StatusCode != 400 || !strings.HasPrefix(body, "delay: ") {
+		if res, body := get(t, "http://"+p.admin+"/drain"+q, drainAuth...); res.StatusCode != 400 || !strings.HasPrefix(body, "delay: ") {
 			t.Errorf("/drain%s: %d %q, want 400 naming delay", q, res.StatusCode, body)
 		}
 	}
@@ -399,7 +399,7 @@ func TestDrainWindow(t *testing.T) {
 // listener closes after the application has exited; outside the window it keeps one.
 func TestDrainWindowHTTP2(t *testing.T) {
 	up := newUpstream(t, newValve())
-	p := serveProxy(t, proxyYAML(up, "  strategy: none"), Options{})
+	p := serveProxy(t, proxyYAML(up, "  strategy: none"), Options{DrainToken: testDrainToken})
 	var dials atomic.Int32
 	tr := &http.Transport{Protocols: new(http.Protocols)}
 	tr.Protocols.SetUnencryptedHTTP2(true) // h2c with prior knowledge, as gRPC clients speak it
@@ -588,8 +588,8 @@ func (c *rawH2) get(t *testing.T, id uint32) {
 	}
 }
 
-// openDrainWindow calls GET /drain?delay=4m on p's admin port, as a native sidecar's preStop
-// hook does, and waits until the window is open. The returned func ends the window by leaving
+// openDrainWindow calls GET /drain?delay=4m on p's admin port with testDrainToken, as a native
+// sidecar's preStop hook does, and waits until the window is open. The returned func ends the window by leaving
 // the call (the hook's caller going away) and waits until it has ended.
 func openDrainWindow(t *testing.T, p *running) (end func()) {
 	t.Helper()
@@ -599,6 +599,7 @@ func openDrainWindow(t *testing.T, p *running) (end func()) {
 	go func() {
 		defer close(done)
 		req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+p.admin+"/drain?delay=4m", nil)
+		req.Header.Set(drainAuth[0], drainAuth[1])
 		if res, err := http.DefaultClient.Do(req); err == nil {
 			res.Body.Close()
 		}

@@ -48,6 +48,9 @@ type Options struct {
 	// ReplicaID names this replica among those sharing a quota store (clients.store): the pod's
 	// name. Empty: the host name and a random suffix.
 	ReplicaID string
+	// DrainToken is what GET /drain on the admin port must present as "Authorization: Bearer
+	// <token>" (DrainTokenEnv; see CheckDrainToken). Empty: /drain is refused to everyone.
+	DrainToken string
 }
 
 // Server is a running proxy.
@@ -57,6 +60,7 @@ type Server struct {
 	reg      *prometheus.Registry
 	log      *slog.Logger
 	draining atomic.Bool
+	drainTok string // GET /drain's token (Options.DrainToken)
 
 	data, admin     *http.Server
 	dataLn, adminLn net.Listener // no dataLn: the other doors only (listen is empty)
@@ -80,7 +84,10 @@ type Server struct {
 // New builds a proxy for cfg (which must be valid) without listening yet.
 func New(cfg *config.Config, opts Options) (*Server, error) {
 	s := &Server{reg: opts.Registry, log: opts.Logger, configPath: opts.ConfigPath, overrides: opts.Overrides,
-		maxConfigBytes: opts.MaxConfigBytes, openDoors: opts.Doors}
+		maxConfigBytes: opts.MaxConfigBytes, openDoors: opts.Doors, drainTok: opts.DrainToken}
+	if err := CheckDrainToken(opts.DrainToken); err != nil {
+		return nil, err
+	}
 	if s.maxConfigBytes <= 0 {
 		s.maxConfigBytes = config.MaxFileBytes
 	}
@@ -177,9 +184,13 @@ const maxDrainWindow = 10 * time.Minute
 // "Connection: close" and idle keep-alive connections are closed once quiet, so clients move to
 // other pods while the endpoints update; then it answers 200 and the kubelet stops the
 // application. Readiness is left alone (a terminating pod leaves the endpoints anyway) and the
-// window ends by itself, or when the caller goes away: whoever reaches the admin port can make
-// clients reconnect for a while, nothing more.
+// window ends by itself, or when the caller goes away. Only a caller with the pod's drain token
+// (Options.DrainToken) may open one; any other gets 403 and nothing changes.
 func (s *Server) drainWindow(w http.ResponseWriter, r *http.Request) {
+	if !drainAuthorized(r, s.drainTok) {
+		http.Error(w, "drain: forbidden: GET /drain needs the header Authorization: Bearer <the sidecar's "+DrainTokenEnv+">", http.StatusForbidden)
+		return
+	}
 	v := r.URL.Query().Get("delay")
 	d, err := time.ParseDuration(v)
 	if err != nil || d < 0 || d > maxDrainWindow {

@@ -194,8 +194,8 @@ func checkPreStop(t *testing.T, before, after *corev1.PodSpec, res Result, nativ
 			t.Fatalf("native sidecar: the application %s has no preStop hook", a.Name)
 		}
 		h := a.Lifecycle.PreStop
-		if h.HTTPGet == nil || h.HTTPGet.Port != intstr.FromInt32(admin) || h.HTTPGet.Path != "/drain?delay=5s" {
-			t.Fatalf("native sidecar: the application's preStop is %+v, want GET /drain?delay=5s on port %d", h, admin)
+		if want := drainHookFor("/drain?delay=5s", admin, drainToken(t, sidecar(after))); !reflect.DeepEqual(h, want) {
+			t.Fatalf("native sidecar: the application's preStop is %+v, want GET /drain?delay=5s on port %d with the sidecar's token", h, admin)
 		}
 	}
 }

@@ -12,7 +12,8 @@
 // On Kubernetes 1.33 and later the sidecar is a native sidecar (an init container with
 // restartPolicy Always): it is started and ready before the application, and gets SIGTERM only
 // after the application has exited. So the drain moves to the application's preStop hook, an
-// httpGet to the sidecar's admin port: GET /drain?delay=N makes the sidecar close its clients'
+// httpGet to the sidecar's admin port: GET /drain?delay=N, with the drain token the sidecar holds
+// (a new random one per pod template), makes the sidecar close its clients'
 // keep-alive connections (answers carry Connection: close, GOAWAY over HTTP/2) and answers
 // after N seconds, while the endpoints update; then the application stops, then the sidecar,
 // whose own drain delay is 0. A preStop sleep would not do: the sidecar, not knowing the pod
@@ -24,6 +25,7 @@
 package inject
 
 import (
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -37,6 +39,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/loadshed/loadshed/internal/config"
+	"github.com/loadshed/loadshed/internal/version"
 )
 
 // Annotations read from (and written to) a pod template.
@@ -55,10 +60,23 @@ const (
 	AnnotationStatus = "loadshed.dev/status"
 )
 
+// ImageRepository is where the project's release workflow publishes the loadshed image.
+const ImageRepository = "ghcr.io/loadshed/loadshed"
+
+// DefaultImage is the loadshed image of this build's version: a released build names its own
+// release; a development build names the tag "dev", which no registry serves (see DevImage).
+var DefaultImage = ImageRepository + ":" + version.Version
+
+// DevImage reports whether image is a development build's tag (":dev"), which exists only where
+// scripts/image.sh built it (a kind cluster the image was loaded into, say).
+func DevImage(image string) bool {
+	i := strings.LastIndexAny(image, ":/@")
+	return i >= 0 && image[i] == ':' && image[i+1:] == "dev"
+}
+
 // Defaults of Settings.
 const (
 	ContainerName    = "loadshed"
-	DefaultImage     = "loadshed:dev"
 	DefaultStrategy  = "adaptive"
 	DefaultPort      = 8000
 	DefaultAdminPort = 9901
@@ -159,6 +177,10 @@ type Settings struct {
 	GraceSeconds int64
 	PreStop      PreStop
 	Resources    corev1.ResourceRequirements
+	// DrainToken is the token of the sidecar's GET /drain (config.DrainTokenEnv) for a native
+	// sidecar; empty (the default) draws a new random one for every pod template injected, so
+	// no two workloads (or, through the webhook, no two pods) share one.
+	DrainToken string
 }
 
 // Defaults returns the settings with every zero field at its default.
@@ -302,11 +324,25 @@ func Pod(name string, meta *metav1.ObjectMeta, spec *corev1.PodSpec, s Settings,
 		r.Config = Config(s.Strategy, r.SidecarPort, admin, r.AppPort, drainFor(s))
 	}
 
+	// A native sidecar's drain is a call from the application's preStop hook, which must
+	// present the token the sidecar holds; a regular sidecar drains itself on SIGTERM and gets
+	// none, which leaves its /drain closed.
+	token := ""
+	if s.Kube.Native() {
+		token = s.DrainToken
+		if token == "" {
+			token = rand.Text()
+		}
+	}
+
 	// From here on nothing fails: the template is changed only when the whole change is known.
 	app.Ports[pi].Name = r.AppPortName
 	renameProbePorts(app, port.Name, r.AppPortName)
-	r.Warnings = append(r.Warnings, addPreStop(app, s, admin)...)
+	r.Warnings = append(r.Warnings, addPreStop(app, s, admin, token)...)
 	sidecar := container(s, r.PortName, r.SidecarPort, admin)
+	if token != "" {
+		sidecar.Env = append(sidecar.Env, corev1.EnvVar{Name: config.DrainTokenEnv, Value: token})
+	}
 	if s.Kube.Native() {
 		always := corev1.ContainerRestartPolicyAlways
 		sidecar.RestartPolicy = &always
@@ -392,10 +428,20 @@ func drainHook(s Settings) bool { return s.Kube.Native() && s.PreStop == PreStop
 // drainPath is the sidecar's drain endpoint, on its admin port, for a drain of seconds.
 func drainPath(seconds int64) string { return fmt.Sprintf("/drain?delay=%ds", seconds) }
 
+// drainCall is the preStop hook that calls the sidecar's drain endpoint on its admin port with
+// the pod's drain token.
+func drainCall(seconds int64, admin int32, token string) *corev1.LifecycleHandler {
+	return &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{
+		Path:        drainPath(seconds),
+		Port:        intstr.FromInt32(admin),
+		HTTPHeaders: []corev1.HTTPHeader{{Name: "Authorization", Value: "Bearer " + token}},
+	}}
+}
+
 // addPreStop gives the application its preStop hook (see PreStop); admin is the sidecar's admin
-// port number (a port name in a hook would resolve against the application's own ports). A hook
-// the application already has is kept.
-func addPreStop(app *corev1.Container, s Settings, admin int32) []string {
+// port number (a port name in a hook would resolve against the application's own ports), token
+// the sidecar's drain token. A hook the application already has is kept.
+func addPreStop(app *corev1.Container, s Settings, admin int32, token string) []string {
 	mode := s.PreStop
 	if mode == PreStopNone {
 		return nil
@@ -413,12 +459,12 @@ func addPreStop(app *corev1.Container, s Settings, admin int32) []string {
 			// connections in the meantime.
 			d := max(own.Sleep.Seconds, s.DrainSeconds)
 			if d <= MaxDrainSeconds {
-				app.Lifecycle.PreStop = &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{Path: drainPath(d), Port: intstr.FromInt32(admin)}}
+				app.Lifecycle.PreStop = drainCall(d, admin, token)
 				return []string{fmt.Sprintf("container %s: its preStop sleep of %d s is now the sidecar's drain hook (GET %s on port %d), which waits as long and has the sidecar close its clients' keep-alive connections meanwhile", app.Name, own.Sleep.Seconds, drainPath(d), admin)}
 			}
 		}
 		if mode == PreStopAuto {
-			return []string{fmt.Sprintf("container %s already has a preStop hook; it is kept, so the sidecar does not drain before the application stops: it keeps clients' keep-alive connections open, and what they send after the application has exited fails. Remove the hook, or have it call http://127.0.0.1:%d%s first (it answers after the delay)", app.Name, admin, drainPath(s.DrainSeconds))}
+			return []string{fmt.Sprintf("container %s already has a preStop hook; it is kept, so the sidecar does not drain before the application stops: it keeps clients' keep-alive connections open, and what they send after the application has exited fails. Remove the hook, or have it call http://127.0.0.1:%d%s first with the header \"Authorization: Bearer $%s\" (the sidecar's; it answers after the delay)", app.Name, admin, drainPath(s.DrainSeconds), config.DrainTokenEnv)}
 		}
 		return []string{fmt.Sprintf("container %s already has a preStop hook; it is kept, and should wait %d s for the endpoints to update", app.Name, s.DrainSeconds)}
 	}
@@ -427,7 +473,7 @@ func addPreStop(app *corev1.Container, s Settings, admin int32) []string {
 	}
 	switch mode {
 	case PreStopAuto:
-		app.Lifecycle.PreStop = &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{Path: drainPath(s.DrainSeconds), Port: intstr.FromInt32(admin)}}
+		app.Lifecycle.PreStop = drainCall(s.DrainSeconds, admin, token)
 	case PreStopExec:
 		app.Lifecycle.PreStop = &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"sleep", strconv.FormatInt(s.DrainSeconds, 10)}}}
 	default:

@@ -22,6 +22,9 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files")
 
+// goldenToken is the golden files' drain token (random by default).
+const goldenToken = "golden-drain-token-0123456789"
+
 // goldenCases are the testdata inputs with the settings they run under.
 var goldenCases = []struct {
 	name string
@@ -44,7 +47,7 @@ func input(t *testing.T, name string) []byte {
 		t.Fatal(err)
 	}
 	if ok {
-		b, _ = run(t, b, Options{Settings: Settings{PortName: "http"}})
+		b, _ = run(t, b, Options{Settings: Settings{PortName: "http", DrainToken: goldenToken}})
 	}
 	return b
 }
@@ -62,7 +65,9 @@ func run(t *testing.T, in []byte, o Options) ([]byte, Report) {
 func TestGolden(t *testing.T) {
 	for _, c := range goldenCases {
 		t.Run(c.name, func(t *testing.T) {
-			out, rep := run(t, input(t, c.name), c.opt)
+			o := c.opt
+			o.Settings.DrainToken = goldenToken
+			out, rep := run(t, input(t, c.name), o)
 			got := append(out, []byte("# report\n")...)
 			for _, l := range append(rep.Lines, rep.Warnings...) {
 				got = append(got, []byte("# "+l+"\n")...)
@@ -157,7 +162,7 @@ func TestWiring(t *testing.T) {
 	if got := app.LivenessProbe.TCPSocket.Port; got != intstr.FromInt32(8080) {
 		t.Errorf("liveness probe by number = %v, want it untouched", got)
 	}
-	if want := (corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/drain?delay=5s", Port: intstr.FromInt32(9901)}}); app.Lifecycle == nil || !reflect.DeepEqual(app.Lifecycle.PreStop, &want) {
+	if want := drainHookFor("/drain?delay=5s", 9901, drainToken(t, sc)); app.Lifecycle == nil || !reflect.DeepEqual(app.Lifecycle.PreStop, want) {
 		t.Errorf("want the application's preStop to call the sidecar's /drain for the drain delay on its admin port, got %+v", app.Lifecycle)
 	}
 	if g := *spec.TerminationGracePeriodSeconds; g != 5+30+20 {
@@ -281,7 +286,8 @@ func TestRenamedFitsAPortName(t *testing.T) {
 // What each --pre-stop mode gives the application, with a native sidecar and a regular one, and
 // what it does with a preStop hook the application already has (kept, with a warning).
 func TestPreStopModes(t *testing.T) {
-	drain := &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/drain?delay=7s", Port: intstr.FromInt32(9901)}}
+	const tok = "pinned-drain-token-for-the-test"
+	drain := drainHookFor("/drain?delay=7s", 9901, tok)
 	sleep := &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: 7}}
 	exec := &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"sleep", "7"}}}
 	own := &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"/bin/drain"}}}
@@ -301,7 +307,7 @@ func TestPreStopModes(t *testing.T) {
 		{"native auto, own hook", Version{1, 33}, PreStopAuto, own, own, "the sidecar does not drain before the application stops"},
 		{"native auto, own sleep", Version{1, 33}, PreStopAuto, &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: 3}}, drain, "its preStop sleep of 3 s is now the sidecar's drain hook"},
 		{"native auto, own longer sleep", Version{1, 33}, PreStopAuto, &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: 12}},
-			&corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/drain?delay=12s", Port: intstr.FromInt32(9901)}}, "is now the sidecar's drain hook (GET /drain?delay=12s"},
+			drainHookFor("/drain?delay=12s", 9901, tok), "is now the sidecar's drain hook (GET /drain?delay=12s"},
 		{"native auto, sleep too long for the hook", Version{1, 33}, PreStopAuto, &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: 900}},
 			&corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: 900}}, "the sidecar does not drain before the application stops"},
 		{"native sleep, own sleep", Version{1, 33}, PreStopSleep, &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: 3}}, &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: 3}}, "should wait 7 s"},
@@ -321,7 +327,7 @@ func TestPreStopModes(t *testing.T) {
 				app.Lifecycle = &corev1.Lifecycle{PreStop: c.has.DeepCopy()}
 			}
 			spec := &corev1.PodSpec{Containers: []corev1.Container{app}}
-			res, err := Pod("w", meta, spec, Settings{Kube: c.kube, PreStop: c.mode, DrainSeconds: 7}, config.Strategies)
+			res, err := Pod("w", meta, spec, Settings{Kube: c.kube, PreStop: c.mode, DrainSeconds: 7, DrainToken: tok}, config.Strategies)
 			if err != nil || !res.Injected {
 				t.Fatalf("not injected: %v %q", err, res.Skipped)
 			}
@@ -360,7 +366,7 @@ func TestDrainHookFollowsTheAdminPort(t *testing.T) {
 	if admin := sidecar(spec).Ports[1]; admin.Name != AdminPortName || admin.ContainerPort != 9902 {
 		t.Fatalf("admin port %+v, want %s on 9902 (9901 is the application's)", admin, AdminPortName)
 	}
-	want := &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/drain?delay=5s", Port: intstr.FromInt32(9902)}}
+	want := drainHookFor("/drain?delay=5s", 9902, drainToken(t, sidecar(spec)))
 	if got := spec.Containers[0].Lifecycle.PreStop; !reflect.DeepEqual(got, want) {
 		t.Errorf("preStop %+v, want GET /drain?delay=5s on port 9902", got)
 	}

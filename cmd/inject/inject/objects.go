@@ -31,6 +31,8 @@ type Options struct {
 // Report is what Manifests did, one line per object it looked at, and the warnings.
 type Report struct {
 	Lines, Warnings []string
+	// Injected counts the pod templates that got the sidecar.
+	Injected int
 }
 
 // Manifests injects the sidecar into every workload of a multi-document YAML stream and returns
@@ -106,6 +108,7 @@ func Manifests(in io.Reader, o Options) ([]byte, Report, error) {
 		}
 		w.res, w.fresh = res, true
 		injected = append(injected, w)
+		rep.Injected++
 		rep.Lines = append(rep.Lines, fmt.Sprintf("%s: injected: port %s is the sidecar's (%d), the application's %d is now %s; strategy %s", w.id(""), res.PortName, res.SidecarPort, res.AppPort, res.AppPortName, res.Strategy))
 	}
 	// Services last: they are judged against every workload of the stream, wherever it stands.

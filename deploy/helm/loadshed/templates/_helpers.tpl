@@ -86,12 +86,15 @@ The loadshed image reference.
 {{- end }}
 
 {{/*
-The application image reference: app.image, or the loadshed image.
+The application image reference: app.image as the user wrote it (no tag: the repository alone,
+which the runtime reads as :latest), or the loadshed image (the demo backend).
 */}}
 {{- define "loadshed.appImage" -}}
-{{- $repo := default .Values.image.repository .Values.app.image.repository }}
-{{- $tag := default (include "loadshed.imageTag" .) .Values.app.image.tag }}
-{{- printf "%s:%s" $repo $tag }}
+{{- if .Values.app.image.repository }}
+{{- .Values.app.image.repository }}{{ with .Values.app.image.tag }}:{{ . }}{{ end }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default (include "loadshed.imageTag" .) .Values.app.image.tag) }}
+{{- end }}
 {{- end }}
 
 {{/*
@@ -372,5 +375,56 @@ and TLS files come from the Secrets the Deployment mounts.
 {{- $_ := set $clients "store" (dict "redis" $redis) }}
 {{- end }}
 {{- toYaml $clients }}
+{{- end }}
+{{- end }}
+
+{{/*
+"true" when the application's preStop hook is the native sidecar's drain (GET /drain on the
+admin port), which must present the pod's drain token; empty otherwise.
+*/}}
+{{- define "loadshed.drainHook" -}}
+{{- if and (include "loadshed.native" .) (ne (include "loadshed.mode" .) "extproc") (gt (include "loadshed.appShutdownDelaySeconds" . | int) 0) }}true{{ end }}
+{{- end }}
+
+{{/*
+The drain token GET /drain requires (the sidecar's LOADSHED_DRAIN_TOKEN, presented by the drain
+hook): proxy.drainToken when set; else the one the release's Deployment already holds, so an
+upgrade does not change it for nothing; else a new random one. Computed once per rendering.
+*/}}
+{{- define "loadshed.drainToken" -}}
+{{- if not (hasKey .Values "loadshedDrainToken") }}
+{{- $token := .Values.proxy.drainToken }}
+{{- if not $token }}
+{{- $d := lookup "apps/v1" "Deployment" .Release.Namespace (include "loadshed.fullname" .) }}
+{{- $podSpec := dig "spec" "template" "spec" dict $d }}
+{{- range concat (dig "initContainers" list $podSpec) (dig "containers" list $podSpec) }}
+{{- if eq (dig "name" "" .) $.Values.proxy.name }}
+{{- range (dig "env" list .) }}
+{{- if eq (dig "name" "" .) "LOADSHED_DRAIN_TOKEN" }}
+{{- $token = dig "value" "" . }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if not $token }}
+{{- $token = randAlphaNum 32 }}
+{{- end }}
+{{- $_ := set .Values "loadshedDrainToken" $token }}
+{{- end }}
+{{- index .Values "loadshedDrainToken" }}
+{{- end }}
+
+{{/*
+The port the Service sends traffic to: the sidecar's data port, in mode extproc the Envoy's or
+the application's.
+*/}}
+{{- define "loadshed.dataPort" -}}
+{{- if ne (include "loadshed.mode" .) "extproc" }}
+{{- .Values.proxy.port }}
+{{- else if .Values.envoy.enabled }}
+{{- .Values.envoy.port }}
+{{- else }}
+{{- .Values.app.port }}
 {{- end }}
 {{- end }}

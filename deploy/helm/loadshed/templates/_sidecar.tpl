@@ -35,6 +35,11 @@ loadshed.native says so) a native sidecar, an init container with restartPolicy 
       valueFrom:
         fieldRef:
           fieldPath: metadata.name
+    {{- if include "loadshed.drainHook" . }}
+    # What the application's drain hook must present to GET /drain (without it: 403).
+    - name: LOADSHED_DRAIN_TOKEN
+      value: {{ include "loadshed.drainToken" . | quote }}
+    {{- end }}
     {{- if .Values.proxy.goRuntimeFromResources }}
     {{- include "loadshed.goRuntimeEnv" . | nindent 4 }}
     {{- end }}
