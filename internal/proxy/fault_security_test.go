@@ -14,13 +14,15 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/loadshed/loadshed/internal/config"
 )
 
-// rawRequest writes req on a new connection to addr and reads one response.
+// rawRequest writes req on a new connection to addr and reads one response (as the answer to
+// req's method: no body for HEAD), with its whole body; bounded in time.
 func rawRequest(t *testing.T, addr, req string) (*http.Response, string) {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
@@ -28,15 +30,20 @@ func rawRequest(t *testing.T, addr, req string) (*http.Response, string) {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 	if _, err := io.WriteString(c, req); err != nil {
 		t.Fatal(err)
 	}
-	res, err := http.ReadResponse(bufio.NewReader(c), nil)
+	method, _, _ := strings.Cut(req, " ")
+	res, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: method})
 	if err != nil {
 		t.Fatalf("no response to %q: %v", req, err)
 	}
-	b, _ := io.ReadAll(res.Body)
+	b, err := io.ReadAll(res.Body)
 	res.Body.Close()
+	if err != nil {
+		t.Fatalf("response to %q cut short: %v", req, err)
+	}
 	return res, string(b)
 }
 

@@ -98,32 +98,6 @@ func probeProxy(t *testing.T, upstream, admission string, extra ...string) *runn
 	return serveProxy(t, proxyYAML(upstream, admission, append([]string{"shutdown: {drainDelay: 0s, gracePeriod: 1s}"}, extra...)...), Options{})
 }
 
-// rawExchange writes req on a new connection to addr and returns the one answer read, with its
-// whole body.
-func rawExchange(t *testing.T, addr, req string) (*http.Response, string) {
-	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := io.WriteString(c, req); err != nil {
-		t.Fatal(err)
-	}
-	method, _, _ := strings.Cut(req, " ")
-	res, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: method})
-	if err != nil {
-		t.Fatalf("no answer to %q: %v", req, err)
-	}
-	b, err := io.ReadAll(res.Body)
-	res.Body.Close()
-	if err != nil {
-		t.Fatalf("answer to %q cut short: %v", req, err)
-	}
-	return res, string(b)
-}
-
 // poison is an answer an upstream sends where none was asked for: a client that received it
 // would get another client's cookie.
 const poison = "HTTP/1.1 200 OK\r\nContent-Length: 6\r\nSet-Cookie: session=victim\r\n\r\npoison"
@@ -141,7 +115,7 @@ func askWho(t *testing.T, data string, n int) {
 	t.Helper()
 	for i := range n {
 		id := fmt.Sprintf("client%d", i)
-		res, body := rawExchange(t, data, "GET /who?id="+id+" HTTP/1.1\r\nHost: x\r\n\r\n")
+		res, body := rawRequest(t, data, "GET /who?id="+id+" HTTP/1.1\r\nHost: x\r\n\r\n")
 		if res.StatusCode == http.StatusBadGateway {
 			continue
 		}
@@ -180,7 +154,7 @@ func TestProbeHeadWithBodyDoesNotCross(t *testing.T) {
 	})
 	p := probeProxy(t, up.url(), "  strategy: none")
 	for range 3 {
-		res, body := rawExchange(t, p.data, "HEAD /page HTTP/1.1\r\nHost: x\r\n\r\n")
+		res, body := rawRequest(t, p.data, "HEAD /page HTTP/1.1\r\nHost: x\r\n\r\n")
 		if res.StatusCode != 200 || body != "" || res.ContentLength != int64(len(poison)) {
 			t.Fatalf("HEAD: %d body %q Content-Length %d, want 200 with no body and the GET's length", res.StatusCode, body, res.ContentLength)
 		}
@@ -206,7 +180,7 @@ func TestProbeBytesPastContentLengthDoNotCross(t *testing.T) {
 			})
 			p := probeProxy(t, up.url(), "  strategy: none")
 			for i := range 3 {
-				res, body := rawExchange(t, p.data, "GET /long HTTP/1.1\r\nHost: x\r\n\r\n")
+				res, body := rawRequest(t, p.data, "GET /long HTTP/1.1\r\nHost: x\r\n\r\n")
 				if res.StatusCode != 200 || body != "long" {
 					t.Fatalf("GET /long: %d %q, want 200 %q", res.StatusCode, body, "long")
 				}
@@ -290,7 +264,7 @@ func TestProbeInvalidFieldNameIs502(t *testing.T) {
 		whoAnswer(c, target)
 	})
 	p := probeProxy(t, up.url(), "  strategy: none")
-	res, body := rawExchange(t, p.data, "GET /bad HTTP/1.1\r\nHost: x\r\n\r\n")
+	res, body := rawRequest(t, p.data, "GET /bad HTTP/1.1\r\nHost: x\r\n\r\n")
 	if res.StatusCode != http.StatusBadGateway || strings.Contains(body, "hello") {
 		t.Fatalf("GET /bad: %d %q, want 502 and none of the upstream's body", res.StatusCode, body)
 	}
@@ -371,7 +345,7 @@ func TestProbeNoSniffedContentType(t *testing.T) {
 	})
 	p := probeProxy(t, up.url(), "  strategy: none")
 	for _, path := range []string{"/gzip", "/html"} {
-		res, _ := rawExchange(t, p.data, "GET "+path+" HTTP/1.1\r\nHost: x\r\n\r\n")
+		res, _ := rawRequest(t, p.data, "GET "+path+" HTTP/1.1\r\nHost: x\r\n\r\n")
 		if res.StatusCode != 200 || len(res.Header.Values("Content-Type")) != 0 {
 			t.Fatalf("GET %s: %d Content-Type %q, want 200 and none", path, res.StatusCode, res.Header.Values("Content-Type"))
 		}
@@ -450,18 +424,18 @@ func TestProbeTargetsThatAreNotPaths(t *testing.T) {
 	// unjudged would get 200.
 	routes := ("routes:\n  - name: admin\n    pathPrefix: /admin\n    admission:\n      strategy: token-bucket\n      tokenBucket: {rate: 0.001, burst: 1}")
 	p := probeProxy(t, up.url(), "  strategy: none", routes)
-	if res, _ := rawExchange(t, p.data, "GET /admin HTTP/1.1\r\nHost: x\r\n\r\n"); res.StatusCode != 200 {
+	if res, _ := rawRequest(t, p.data, "GET /admin HTTP/1.1\r\nHost: x\r\n\r\n"); res.StatusCode != 200 {
 		t.Fatalf("the first /admin: %d", res.StatusCode)
 	}
 	for _, target := range []string{"http:normal", "http:admin", "admin", "normal?x=1"} {
-		res, body := rawExchange(t, p.data, "GET "+target+" HTTP/1.1\r\nHost: x\r\n\r\n")
+		res, body := rawRequest(t, p.data, "GET "+target+" HTTP/1.1\r\nHost: x\r\n\r\n")
 		if res.StatusCode != http.StatusBadRequest {
 			t.Fatalf("GET %s: %d %q, want 400", target, res.StatusCode, body)
 		}
 	}
 	for _, target := range []string{"/admin", "/%61dmin", "/admin/x", "/x/../admin", "/./admin", "/x/%2e%2e/admin", "/x\\..\\admin",
 		"http://x/admin", "http://x/%61dmin/y", "/admin?x=1"} {
-		res, body := rawExchange(t, p.data, "GET "+target+" HTTP/1.1\r\nHost: x\r\n\r\n")
+		res, body := rawRequest(t, p.data, "GET "+target+" HTTP/1.1\r\nHost: x\r\n\r\n")
 		if res.StatusCode != http.StatusTooManyRequests && res.StatusCode != http.StatusBadRequest {
 			t.Fatalf("GET %s: %d %q, want the admin route's 429 or 400", target, res.StatusCode, body)
 		}

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bufio"
 	"io"
 	"net"
 	"net/http"
@@ -10,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 )
 
 // FuzzTargetPath drives request targets through the data port (net/http's server in front of
@@ -49,19 +47,7 @@ func FuzzTargetPath(f *testing.F) {
 		mu.Lock()
 		received, judged = received[:0], ""
 		mu.Unlock()
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-		io.WriteString(c, "GET "+target+" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-		res, err := http.ReadResponse(bufio.NewReader(c), nil)
-		if err != nil {
-			t.Fatalf("%q: no answer: %v", target, err)
-		}
-		io.Copy(io.Discard, res.Body)
-		res.Body.Close()
+		res, _ := rawRequest(t, addr, "GET "+target+" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
 		mu.Lock()
 		defer mu.Unlock()
 		switch {

@@ -434,12 +434,7 @@ routes:
 		return p.num(t, "sample_time") >= float64(before.at.Add(5*time.Second).UnixMilli())
 	})
 	mid := readMetrics(t, admin) // the page's window [sample-5 s, sample] lies within [before, mid]
-	for _, c := range []struct {
-		key    string
-		family string
-		labels map[string]string
-		out    []string
-	}{
+	for _, c := range []metricCheck{
 		{"admitted_total", "loadshed_requests_total", nil, admittedOutcomes},
 		{"admitted_total{route=api}", "loadshed_requests_total", map[string]string{"route": "api"}, admittedOutcomes},
 		{"admitted_total{door=http}", "loadshed_requests_total", map[string]string{"door": "http"}, admittedOutcomes},
@@ -458,12 +453,7 @@ routes:
 		}
 	}
 	span := mid.at.Sub(before.at).Seconds()
-	for _, c := range []struct {
-		key    string
-		family string
-		labels map[string]string
-		out    []string
-	}{
+	for _, c := range []metricCheck{
 		{"admitted_per_second", "loadshed_requests_total", nil, admittedOutcomes},
 		{"refused_per_second", "loadshed_shed_total", nil, nil},
 		{"admitted_per_second{route=api}", "loadshed_requests_total", map[string]string{"route": "api"}, admittedOutcomes},
@@ -526,12 +516,7 @@ routes:
 		return p.has("sample_time") && p.num(t, "sample_time") >= float64(quiet.at.UnixMilli()) && p["inflight"] == "0" && p["queued"] == "0"
 	})
 	after := readMetrics(t, admin)
-	for _, c := range []struct {
-		key    string
-		family string
-		labels map[string]string
-		out    []string
-	}{
+	for _, c := range []metricCheck{
 		{"admitted_total", "loadshed_requests_total", nil, admittedOutcomes},
 		{"refused_total", "loadshed_shed_total", nil, nil},
 		{"upstream_errors_total", "loadshed_requests_total", nil, []string{"upstream_error", "upstream_timeout"}},
@@ -553,4 +538,13 @@ routes:
 	if errors.Is(bctx.Err(), context.DeadlineExceeded) {
 		t.Error("the browser's time ran out")
 	}
+}
+
+// metricCheck compares one figure of the page (key) with the sum of a /metrics family's series
+// that carry labels and, when out is not empty, one of those outcomes.
+type metricCheck struct {
+	key    string
+	family string
+	labels map[string]string
+	out    []string
 }
