@@ -35,6 +35,18 @@ type rawUpstream struct {
 	// requests counts request heads read.
 	requests atomic.Int64
 	wg       sync.WaitGroup
+
+	mu      sync.Mutex
+	targets []string // the request targets read, as their request lines carried them
+}
+
+// received returns the request targets read since the last call, and forgets them.
+func (u *rawUpstream) received() []string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	got := u.targets
+	u.targets = nil
+	return got
 }
 
 func newRawUpstream(t testing.TB, script func(c net.Conn, target, method string)) *rawUpstream {
@@ -87,6 +99,9 @@ func (u *rawUpstream) serve(c net.Conn) {
 		u.requests.Add(1)
 		method, rest, _ := strings.Cut(line, " ")
 		target, _, _ := strings.Cut(rest, " ")
+		u.mu.Lock()
+		u.targets = append(u.targets, target)
+		u.mu.Unlock()
 		u.script(c, target, method)
 	}
 }
@@ -411,12 +426,7 @@ func TestProbeHalfCloseBeforeAdmission(t *testing.T) {
 // reaches the upstream; a route's prefix cannot be reached by any spelling the gate would judge
 // as another path.
 func TestProbeTargetsThatAreNotPaths(t *testing.T) {
-	var mu sync.Mutex
-	var seen []string
 	up := newRawUpstream(t, func(c net.Conn, target, method string) {
-		mu.Lock()
-		seen = append(seen, target)
-		mu.Unlock()
 		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 7\r\n\r\nreached")
 	})
 	// The admin route admits one request in a long while: the first takes it, and every later
@@ -440,9 +450,7 @@ func TestProbeTargetsThatAreNotPaths(t *testing.T) {
 			t.Fatalf("GET %s: %d %q, want the admin route's 429 or 400", target, res.StatusCode, body)
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(seen) != 1 || seen[0] != "/admin" {
+	if seen := up.received(); len(seen) != 1 || seen[0] != "/admin" {
 		t.Fatalf("the upstream received %q, want only the first /admin", seen)
 	}
 	if got := testutil.ToFloat64(p.srv.gate.Metrics().Requests.WithLabelValues("default", "none", "http", "client_error", "400")); got < 2 {

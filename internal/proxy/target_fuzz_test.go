@@ -21,15 +21,11 @@ func FuzzTargetPath(f *testing.F) {
 		"*", "/a%2Fb", "//x", "/a;b", "/x\\..\\admin", "/%2e%2e/x", "/a?x=/../", "/%zz", "/a#frag", "https://h:1/%2e/x"} {
 		f.Add(s)
 	}
-	var mu sync.Mutex
-	var received []string
 	up := newRawUpstream(f, func(c net.Conn, target, method string) {
-		mu.Lock()
-		received = append(received, target)
-		mu.Unlock()
 		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 	})
 	p := newProxy(f, proxyYAML(up.url(), "  strategy: none"), Options{})
+	var mu sync.Mutex
 	var judged string
 	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p.srv.Handler().ServeHTTP(w, r)
@@ -44,10 +40,12 @@ func FuzzTargetPath(f *testing.F) {
 		if target == "" || strings.ContainsAny(target, " \t\r\n") {
 			return // request-line separators: not one target
 		}
+		up.received() // (nothing is left from the last input: each waits for its answer)
 		mu.Lock()
-		received, judged = received[:0], ""
+		judged = ""
 		mu.Unlock()
 		res, _ := rawRequest(t, addr, "GET "+target+" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+		received := up.received()
 		mu.Lock()
 		defer mu.Unlock()
 		switch {
