@@ -22,7 +22,7 @@ import (
 
 	"github.com/loadshed/loadshed/internal/cli"
 	"github.com/loadshed/loadshed/internal/config"
-	"github.com/loadshed/loadshed/internal/extproc"
+	"github.com/loadshed/loadshed/internal/door/extproc"
 	"github.com/loadshed/loadshed/internal/gate"
 	"github.com/loadshed/loadshed/internal/proxy"
 	"github.com/loadshed/loadshed/internal/quota"

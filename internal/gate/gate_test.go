@@ -11,7 +11,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/loadshed/loadshed/internal/config"
-	"github.com/loadshed/loadshed/internal/metrics"
 	"github.com/loadshed/loadshed/pkg/admission"
 	"github.com/loadshed/loadshed/pkg/admission/admissiontest"
 )
@@ -49,7 +48,7 @@ func request(h headers) *Request {
 	if h == nil {
 		h = headers{}
 	}
-	return &Request{Door: metrics.DoorHTTP, Method: "GET", Path: "/", Header: h, Peer: "192.0.2.7:4321", ContentLength: -1}
+	return &Request{Door: DoorHTTP, Method: "GET", Path: "/", Header: h, Peer: "192.0.2.7:4321", ContentLength: -1}
 }
 
 func admit(t *testing.T, g *Gate, r *Request) *Pass {
@@ -113,7 +112,7 @@ func TestEveryRefusalReason(t *testing.T) {
 	ctx := context.Background()
 	t.Run("rate_limited", func(t *testing.T) {
 		g, _, reg := newGate(t, "admission: {strategy: token-bucket, tokenBucket: {rate: 2, burst: 1}}\n")
-		admit(t, g, request(nil)).Done()
+		admit(t, g, request(nil))
 		_, err := g.Admit(ctx, request(nil), nil)
 		rej := refusal(t, err)
 		if rej.Reason != admission.ReasonRateLimited || rej.Status != 429 || rej.RetryAfter != 500*time.Millisecond || rej.RetryAfterHeader() != "1" {
@@ -179,12 +178,12 @@ loadshed_shed_total{door="http",priority="critical",reason="rate_limited",route=
 	})
 	t.Run("client_limited and denied", func(t *testing.T) {
 		g, _, _ := newGate(t, "admission: {strategy: none}\nclients: {rate: 1, burst: 1, deny: [abuser]}\nheaders: {clientKey: X-Client}\ntrust: {sources: [192.0.2.0/24]}\n")
-		admit(t, g, request(headers{"X-Client": "alice"})).Done()
+		admit(t, g, request(headers{"X-Client": "alice"}))
 		_, err := g.Admit(ctx, request(headers{"X-Client": "alice"}), nil)
 		if rej := refusal(t, err); rej.Reason != admission.ReasonClientLimited || rej.Status != 429 || rej.Stage != "clients" {
 			t.Errorf("second request of alice: %+v", rej)
 		}
-		admit(t, g, request(headers{"X-Client": "bob"})).Done()
+		admit(t, g, request(headers{"X-Client": "bob"}))
 		_, err = g.Admit(ctx, request(headers{"X-Client": "abuser"}), nil)
 		if rej := refusal(t, err); rej.Reason != admission.ReasonDenied || rej.Status != 403 || rej.RetryAfterHeader() != "" {
 			t.Errorf("deny-listed: %+v, want 403 without Retry-After", rej)
@@ -222,7 +221,7 @@ func TestDryRunCountsButAdmits(t *testing.T) {
 		held = append(held, admit(t, g, request(nil)))
 	}
 	for _, p := range held {
-		p.Responded(200, t0, false)
+		p.Answered(Answer{Status: 200, At: t0})
 		p.Finish()
 	}
 	want := `
@@ -247,18 +246,19 @@ loadshed_dry_run_would_shed_total{door="http",priority="critical",reason="concur
 func TestDeadlines(t *testing.T) {
 	g, clk, _ := newGate(t, "admission: {strategy: none}\n")
 	p := admit(t, g, request(headers{"X-Request-Timeout": "2s", "Grpc-Timeout": "1500m"}))
-	if !p.ClientDeadline().Equal(t0.Add(1500*time.Millisecond)) || p.TimeoutHeader() != "X-Request-Timeout" || !p.GRPCTimeout() {
-		t.Errorf("pass deadline %v header %q grpc %v, want the shorter 1.5s", p.ClientDeadline(), p.TimeoutHeader(), p.GRPCTimeout())
+	_, set := p.Forward(t0)
+	if !p.Deadline().Equal(t0.Add(1500*time.Millisecond)) || len(set) != 2 || set[0] != (Field{"X-Request-Timeout", "1.5s"}) || set[1] != (Field{"Grpc-Timeout", "1500m"}) {
+		t.Errorf("pass deadline %v, forwarded %v, want the shorter 1.5s in both headers", p.Deadline(), set)
 	}
 	// Teach the route a latency of 50 ms.
-	p.Forwarding(clk.Now())
-	p.Responded(200, clk.Now().Add(50*time.Millisecond), false)
+	p.Forward(clk.Now())
+	p.Answered(Answer{Status: 200, At: clk.Now().Add(50 * time.Millisecond)})
 	p.Finish()
 	_, err := g.Admit(context.Background(), request(headers{"X-Request-Timeout": "40ms"}), nil)
 	if rej := refusal(t, err); rej.Reason != admission.ReasonDeadline {
 		t.Errorf("40ms left for a 50ms route: %+v", rej)
 	}
-	admit(t, g, request(headers{"X-Request-Timeout": "60ms"})).Done()
+	admit(t, g, request(headers{"X-Request-Timeout": "60ms"}))
 }
 
 // TestClientKey: the key is the configured header from a trusted sender (folded when asked),
@@ -299,22 +299,22 @@ func TestPermitReleasedOnEveryOutcome(t *testing.T) {
 		outcome string
 		code    string
 	}{
-		{"success", func(p *Pass) { p.Responded(200, t0, false) }, admission.Success, "success", "200"},
-		{"redirect", func(p *Pass) { p.Responded(302, t0, false) }, admission.Success, "success", "302"},
-		{"client error", func(p *Pass) { p.Responded(404, t0, false) }, admission.Ignore, "client_error", "404"},
-		{"upstream 429", func(p *Pass) { p.Responded(429, t0, false) }, admission.Dropped, "client_error", "429"},
-		{"upstream 503", func(p *Pass) { p.Responded(503, t0, false) }, admission.Dropped, "upstream_error", "503"},
-		{"stream", func(p *Pass) { p.Responded(200, t0, true) }, admission.Ignore, "success", "200"},
-		{"unreachable", func(p *Pass) { p.Failed(metrics.OutcomeUpstreamError, 502) }, admission.Dropped, "upstream_error", "502"},
-		{"timeout", func(p *Pass) { p.Failed(metrics.OutcomeUpstreamTimeout, 504) }, admission.Dropped, "upstream_timeout", "504"},
-		{"client left", func(p *Pass) { p.Failed(metrics.OutcomeCanceled, 0) }, admission.Ignore, "canceled", "499"},
-		{"client left mid-body", func(p *Pass) { p.Responded(200, t0, false); p.Failed(metrics.OutcomeCanceled, 0) }, admission.Ignore, "canceled", "200"},
-		{"released early", func(p *Pass) { p.Responded(200, t0, true); p.Release(admission.Ignore) }, admission.Ignore, "success", "200"},
+		{"success", func(p *Pass) { p.Answered(Answer{Status: 200, At: t0}) }, admission.Success, "success", "200"},
+		{"redirect", func(p *Pass) { p.Answered(Answer{Status: 302, At: t0}) }, admission.Success, "success", "302"},
+		{"client error", func(p *Pass) { p.Answered(Answer{Status: 404, At: t0}) }, admission.Ignore, "client_error", "404"},
+		{"upstream 429", func(p *Pass) { p.Answered(Answer{Status: 429, At: t0}) }, admission.Dropped, "client_error", "429"},
+		{"upstream 503", func(p *Pass) { p.Answered(Answer{Status: 503, At: t0}) }, admission.Dropped, "upstream_error", "503"},
+		{"stream", func(p *Pass) { p.Answered(Answer{Status: 200, ContentType: "text/event-stream", At: t0}) }, admission.Ignore, "success", "200"},
+		{"unreachable", func(p *Pass) { p.Failed(OutcomeUpstreamError, 502) }, admission.Dropped, "upstream_error", "502"},
+		{"timeout", func(p *Pass) { p.Failed(OutcomeUpstreamTimeout, 504) }, admission.Dropped, "upstream_timeout", "504"},
+		{"client left", func(p *Pass) { p.Failed(OutcomeCanceled, 0) }, admission.Ignore, "canceled", "499"},
+		{"client left mid-body", func(p *Pass) { p.Answered(Answer{Status: 200, At: t0}); p.Failed(OutcomeCanceled, 0) }, admission.Ignore, "canceled", "200"},
+		{"released early", func(p *Pass) { p.Answered(Answer{Status: 200, ContentType: "text/event-stream", At: t0}) }, admission.Ignore, "success", "200"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			g, _, reg := newGate(t, "admission: {strategy: inflight, inflight: {limit: 2}}\n")
 			p := admit(t, g, request(nil))
-			p.Forwarding(t0)
+			p.Forward(t0)
 			c.end(p)
 			if got := p.classify(); got != c.learns {
 				t.Errorf("the strategy learns %v, want %v", got, c.learns)
@@ -365,20 +365,20 @@ routes:
   - {name: export, pathPrefix: /export, methods: [POST], cost: 3, admission: {strategy: inflight, inflight: {limit: 3}}}
 `)
 	r := request(nil)
-	r.Method, r.Path, r.Door = "POST", "/export/all", metrics.DoorGRPC
+	r.Method, r.Path, r.Door = "POST", "/export/all", DoorGRPC
 	p := admit(t, g, r)
-	if p.Route() != "export" {
-		t.Errorf("route %q, want export", p.Route())
+	if p.p.route != "export" {
+		t.Errorf("route %q, want export", p.p.route)
 	}
 	if _, err := g.Admit(context.Background(), r, nil); refusal(t, err).Reason != admission.ReasonConcurrencyLimit {
 		t.Errorf("a second cost-3 request on a limit of 3 must be refused")
 	}
-	p.Responded(200, t0, false)
+	p.Answered(Answer{Status: 200, At: t0})
 	p.Finish()
 	if n := requests(reg, "route", "export", "door", "grpc", "outcome", "success"); n != 1 {
 		t.Errorf("grpc door success on export counted %v", n)
 	}
-	g.Count(metrics.DoorHTTP, "CONNECT", "/", metrics.OutcomeClientError, 405)
+	g.Count(DoorHTTP, "CONNECT", "/", OutcomeClientError, 405)
 	if n := requests(reg, "route", "default", "door", "http", "code", "405"); n != 1 {
 		t.Errorf("a door's own refusal counted %v", n)
 	}

@@ -89,25 +89,25 @@ func ClientGRPCCode(status int) int {
 //     at no cost), or a bug. They are counted as upstream errors and teach the strategy nothing.
 //   - Every other code (INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED, UNIMPLEMENTED, ...) is
 //     the client's error, as a 4xx is.
-func callOutcome(code int, message string) (outcome uint8, overload bool) {
+func callOutcome(code int, message string) (outcome Outcome, overload bool) {
 	switch code {
 	case GRPCOK:
-		return outcomeSuccess, false
+		return OutcomeSuccess, false
 	case GRPCCanceled:
-		return outcomeCanceled, false
+		return OutcomeCanceled, false
 	case GRPCDeadlineExceeded:
-		return outcomeUpstreamTimeout, true
+		return OutcomeUpstreamTimeout, true
 	case GRPCUnavailable:
-		return outcomeUpstreamError, true
+		return OutcomeUpstreamError, true
 	case GRPCResourceExhausted:
 		if overSizeLimit(message) {
-			return outcomeClientError, false
+			return OutcomeClientError, false
 		}
-		return outcomeUpstreamError, true
+		return OutcomeUpstreamError, true
 	case GRPCInternal, GRPCUnknown, GRPCDataLoss:
-		return outcomeUpstreamError, false
+		return OutcomeUpstreamError, false
 	}
-	return outcomeClientError, false
+	return OutcomeClientError, false
 }
 
 // overSizeLimit reports a grpc-message that says a received message was over a size limit: how

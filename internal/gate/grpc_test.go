@@ -2,10 +2,10 @@ package gate
 
 import (
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
-	"github.com/loadshed/loadshed/internal/metrics"
 	"github.com/loadshed/loadshed/pkg/admission"
 )
 
@@ -90,11 +90,11 @@ func TestCallEndedClassification(t *testing.T) {
 		{16, "", admission.Ignore, "client_error"},
 	} {
 		g, clk, reg := newGate(t, "admission: {strategy: inflight, inflight: {limit: 2}}\n")
-		p := admit(t, g, &Request{Door: metrics.DoorGRPC, Method: "POST", Path: "/t.S/M", Header: headers{}, ContentLength: -1, GRPC: true})
-		p.Forwarding(t0)
+		p := admit(t, g, &Request{Door: DoorGRPC, Method: "POST", Path: "/t.S/M", Header: headers{}, ContentLength: -1, GRPC: true})
+		p.Forward(t0)
 		clk.Advance(10 * time.Millisecond)
-		p.Responded(200, clk.Now(), false)
-		p.CallEnded(c.code, c.message, clk.Now())
+		p.Answered(Answer{Status: 200, At: clk.Now()})
+		p.CallEnded(strconv.Itoa(c.code), c.message, clk.Now())
 		if got := p.classify(); got != c.learns {
 			t.Errorf("grpc-status %d %q: the strategy learns %v, want %v", c.code, c.message, got, c.learns)
 		}
@@ -116,13 +116,13 @@ func TestMalformedCallIsTheClients(t *testing.T) {
 	f.Check([]byte{0, 0, 0, 0, 100, 1, 2, 3})
 	bad := f.End()
 	for name, end := range map[string]func(p *Pass){
-		"upstream INTERNAL":    func(p *Pass) { p.CallEnded(GRPCInternal, "unexpected EOF", t0) },
-		"upstream UNAVAILABLE": func(p *Pass) { p.CallEnded(GRPCUnavailable, "", t0) },
-		"stream reset":         func(p *Pass) { p.Failed(metrics.OutcomeUpstreamError, 502) },
+		"upstream INTERNAL":    func(p *Pass) { p.CallEnded("13", "unexpected EOF", t0) },
+		"upstream UNAVAILABLE": func(p *Pass) { p.CallEnded("14", "", t0) },
+		"stream reset":         func(p *Pass) { p.Failed(OutcomeUpstreamError, 502) },
 	} {
 		g, _, reg := newGate(t, "admission: {strategy: inflight, inflight: {limit: 2}}\n")
-		p := admit(t, g, &Request{Door: metrics.DoorGRPC, Method: "POST", Path: "/t.S/M", Header: headers{}, ContentLength: -1, GRPC: true})
-		p.Forwarding(t0)
+		p := admit(t, g, &Request{Door: DoorGRPC, Method: "POST", Path: "/t.S/M", Header: headers{}, ContentLength: -1, GRPC: true})
+		p.Forward(t0)
 		p.BodyFailed(bad)
 		end(p)
 		if got := p.classify(); got != admission.Ignore {
@@ -211,4 +211,74 @@ func TestGRPCFramingStaysBroken(t *testing.T) {
 	if err := f.End(); err == nil || err.Error() != first.Error() {
 		t.Errorf("after the violation, End says %v, want %v", err, first)
 	}
+}
+
+// TestTheGateWatchesExchanges: the gate, not the door, decides when a gRPC call still open is a
+// stream (grpc.streamAfter: the permit goes back without a sample, and the call is no overload
+// signal however it ends) and when the permit of an exchange nobody answers for goes back behind
+// a door that cannot bound the upstream (Request.UnboundedUpstream: at upstreamTimeout, as an
+// overload signal). Both run on the gate's clock from Forward, and Finish stops them.
+func TestTheGateWatchesExchanges(t *testing.T) {
+	t.Run("a call open past streamAfter", func(t *testing.T) {
+		g, clk, reg := newGate(t, "admission: {strategy: inflight, inflight: {limit: 2}}\ngrpc: {streamAfter: 5s}\n")
+		p := admit(t, g, &Request{Door: DoorGRPC, Method: "POST", Path: "/t.S/M", Header: headers{}, ContentLength: -1, GRPC: true})
+		p.Forward(clk.Now())
+		if next := p.Answered(Answer{Status: 200, ContentType: "application/grpc", At: clk.Now()}); next != NextTrailers {
+			t.Fatalf("a call without a status in its headers: next %v, want NextTrailers", next)
+		}
+		clk.Advance(4 * time.Second)
+		if st := g.Policies()[0].Stats(); st.InFlight != 1 {
+			t.Fatalf("in flight %d before streamAfter, want 1", st.InFlight)
+		}
+		clk.Advance(2 * time.Second)
+		if st := g.Policies()[0].Stats(); st.InFlight != 0 {
+			t.Fatalf("in flight %d after streamAfter, want the permit back", st.InFlight)
+		}
+		p.CallEnded("14", "", clk.Now())
+		if got := p.classify(); got != admission.Ignore {
+			t.Errorf("a stream's end teaches %v, want Ignore", got)
+		}
+		p.Finish()
+		if n := requests(reg, "door", "grpc", "outcome", "upstream_error"); n != 1 {
+			t.Errorf("requests{upstream_error} = %v, want 1 (the outcome is still counted)", n)
+		}
+	})
+	t.Run("a call that ends in time", func(t *testing.T) {
+		g, clk, _ := newGate(t, "admission: {strategy: inflight, inflight: {limit: 2}}\ngrpc: {streamAfter: 5s}\n")
+		p := admit(t, g, &Request{Door: DoorGRPC, Method: "POST", Path: "/t.S/M", Header: headers{}, ContentLength: -1, GRPC: true})
+		p.Forward(clk.Now())
+		clk.Advance(time.Second)
+		p.CallEnded("0", "", clk.Now())
+		p.Finish()
+		clk.Advance(time.Minute) // the watch was stopped: nothing fires on a finished exchange
+		if got := p.classify(); got != admission.Success {
+			t.Errorf("a call that ended before streamAfter teaches %v, want Success", got)
+		}
+	})
+	t.Run("an unbounded upstream", func(t *testing.T) {
+		g, clk, _ := newGate(t, "upstreamTimeout: 3s\nadmission: {strategy: inflight, inflight: {limit: 2}}\n")
+		r := request(nil)
+		r.Door, r.UnboundedUpstream = DoorExtProc, true
+		p := admit(t, g, r)
+		p.Forward(clk.Now())
+		clk.Advance(2999 * time.Millisecond)
+		if st := g.Policies()[0].Stats(); st.InFlight != 1 {
+			t.Fatalf("in flight %d before upstreamTimeout, want 1", st.InFlight)
+		}
+		clk.Advance(time.Millisecond)
+		if st := g.Policies()[0].Stats(); st.InFlight != 0 {
+			t.Fatalf("in flight %d at upstreamTimeout, want the permit back", st.InFlight)
+		}
+		p.Finish()
+	})
+	t.Run("a door that bounds the upstream itself", func(t *testing.T) {
+		g, clk, _ := newGate(t, "upstreamTimeout: 3s\nadmission: {strategy: inflight, inflight: {limit: 2}}\n")
+		p := admit(t, g, request(nil))
+		p.Forward(clk.Now())
+		clk.Advance(time.Hour)
+		if st := g.Policies()[0].Stats(); st.InFlight != 1 {
+			t.Errorf("in flight %d: the HTTP door's transport times the upstream out, the gate must not", st.InFlight)
+		}
+		p.Finish()
+	})
 }

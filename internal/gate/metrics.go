@@ -10,24 +10,6 @@ import (
 	"github.com/loadshed/loadshed/pkg/admission"
 )
 
-// Doors, in label order: the index of a door in the tables below.
-var doors = []string{metrics.DoorHTTP, metrics.DoorGRPC, metrics.DoorExtProc}
-
-// outcomes, in label order; the constants index it.
-var outcomes = []string{
-	metrics.OutcomeSuccess, metrics.OutcomeClientError, metrics.OutcomeUpstreamError,
-	metrics.OutcomeUpstreamTimeout, metrics.OutcomeShed, metrics.OutcomeCanceled,
-}
-
-const (
-	outcomeSuccess uint8 = iota
-	outcomeClientError
-	outcomeUpstreamError
-	outcomeUpstreamTimeout
-	outcomeShed
-	outcomeCanceled
-)
-
 func indexOf(list []string, s string) int {
 	for i, v := range list {
 		if v == s {
@@ -55,7 +37,7 @@ type policyMetrics struct {
 
 	requests *prometheus.CounterVec // curried: route, strategy
 	// byCode[door][outcome] is allocated on first use; codes 100-599 index it.
-	byCode [3][6]atomic.Pointer[codeTable]
+	byCode [numDoors][numOutcomes]atomic.Pointer[codeTable]
 
 	shed, dryRun *prometheus.CounterVec // curried: route
 	// stages are the stage names a refusal can carry: the policy's strategy, "clients" (the
@@ -75,7 +57,7 @@ func newPolicyMetrics(m *metrics.Proxy, route, strategy string, stages []string)
 			names = append(names, s)
 		}
 	}
-	n := len(names) * len(admission.AllReasons) * admission.NumPriorities * len(doors)
+	n := len(names) * len(admission.AllReasons) * admission.NumPriorities * numDoors
 	return &policyMetrics{
 		queueWait: m.QueueWait.WithLabelValues(route, strategy),
 		upstream:  m.UpstreamLatency.WithLabelValues(route),
@@ -89,11 +71,11 @@ func newPolicyMetrics(m *metrics.Proxy, route, strategy string, stages []string)
 	}
 }
 
-// count adds one request to loadshed_requests_total; o indexes outcomes.
-func (pm *policyMetrics) count(door int, o uint8, code int) {
-	outcome := outcomes[o]
+// count adds one request to loadshed_requests_total.
+func (pm *policyMetrics) count(door DoorKind, o Outcome, code int) {
+	outcome := o.String()
 	if code < 100 || code > 599 {
-		pm.requests.WithLabelValues(doors[door], outcome, strconv.Itoa(code)).Inc()
+		pm.requests.WithLabelValues(door.String(), outcome, strconv.Itoa(code)).Inc()
 		return
 	}
 	tab := pm.byCode[door][o].Load()
@@ -106,27 +88,27 @@ func (pm *policyMetrics) count(door int, o uint8, code int) {
 		ref.c.Inc()
 		return
 	}
-	store(slot, pm.requests.WithLabelValues(doors[door], outcome, strconv.Itoa(code))).Inc()
+	store(slot, pm.requests.WithLabelValues(door.String(), outcome, strconv.Itoa(code))).Inc()
 }
 
 // refused adds one refusal to loadshed_shed_total (or, for a dry run, to
 // loadshed_dry_run_would_shed_total).
-func (pm *policyMetrics) refused(door int, stage string, reason admission.Reason, prio admission.Priority, dry bool) {
+func (pm *policyMetrics) refused(door DoorKind, stage string, reason admission.Reason, prio admission.Priority, dry bool) {
 	vec, tab := pm.shed, pm.shedTab
 	if dry {
 		vec, tab = pm.dryRun, pm.dryTab
 	}
 	s, r := indexOf(pm.stages, stage), reasonIndex(reason)
 	if s < 0 || r < 0 || prio >= admission.NumPriorities {
-		vec.WithLabelValues(stage, string(reason), prio.String(), doors[door]).Inc()
+		vec.WithLabelValues(stage, string(reason), prio.String(), door.String()).Inc()
 		return
 	}
-	slot := &tab[((s*len(admission.AllReasons)+r)*admission.NumPriorities+int(prio))*len(doors)+door]
+	slot := &tab[((s*len(admission.AllReasons)+r)*admission.NumPriorities+int(prio))*numDoors+int(door)]
 	if ref := slot.Load(); ref != nil {
 		ref.c.Inc()
 		return
 	}
-	store(slot, vec.WithLabelValues(stage, string(reason), prio.String(), doors[door])).Inc()
+	store(slot, vec.WithLabelValues(stage, string(reason), prio.String(), door.String())).Inc()
 }
 
 // store puts c into an empty slot and returns the counter the slot holds (another goroutine's,

@@ -56,8 +56,8 @@ func TestSidecarDelayIsTakenOffTheLatencySample(t *testing.T) {
 			for range 2 {
 				for range 10 {
 					p := admit(t, g, request(nil))
-					p.Forwarding(clk.Now().Add(time.Millisecond))
-					p.Responded(200, clk.Now().Add(11*time.Millisecond), false)
+					p.Forward(clk.Now().Add(time.Millisecond))
+					p.Answered(Answer{Status: 200, At: clk.Now().Add(11 * time.Millisecond)})
 					p.Finish()
 				}
 				clk.Advance(150 * time.Millisecond)

@@ -21,7 +21,7 @@ import (
 
 	"github.com/loadshed/loadshed/internal/backend"
 	"github.com/loadshed/loadshed/internal/config"
-	"github.com/loadshed/loadshed/internal/extproc"
+	"github.com/loadshed/loadshed/internal/door/extproc"
 	"github.com/loadshed/loadshed/internal/gate"
 	"github.com/loadshed/loadshed/internal/loadgen"
 	"github.com/loadshed/loadshed/internal/proxy"

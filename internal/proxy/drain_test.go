@@ -56,7 +56,7 @@ func TestDrainNeedsToken(t *testing.T) {
 					if res.StatusCode != http.StatusForbidden {
 						t.Errorf("/drain%s with %q: %d, want 403", q, hdr, res.StatusCode)
 					}
-					if n := p.srv.h.windows.Load(); n != 0 {
+					if n := p.srv.windows.Load(); n != 0 {
 						t.Fatalf("/drain%s with %q: %d drain windows open, want none", q, hdr, n)
 					}
 				}

@@ -604,12 +604,12 @@ func openDrainWindow(t *testing.T, p *running) (end func()) {
 			res.Body.Close()
 		}
 	}()
-	until(t, "the drain window", func() bool { return p.srv.h.windows.Load() == 1 })
+	until(t, "the drain window", func() bool { return p.srv.windows.Load() == 1 })
 	return func() {
 		t.Helper()
 		cancel()
 		<-done
-		until(t, "the window to end", func() bool { return p.srv.h.windows.Load() == 0 })
+		until(t, "the window to end", func() bool { return p.srv.windows.Load() == 0 })
 	}
 }
 

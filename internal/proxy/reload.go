@@ -92,7 +92,7 @@ func (s *Server) apply(data []byte) error {
 	if err := s.gate.Update(cfg); err != nil {
 		return err
 	}
-	if err := s.h.setUpstream(cfg.Upstream); err != nil {
+	if err := s.door.SetUpstream(cfg.Upstream); err != nil {
 		return err
 	}
 	s.log.Info("configuration reloaded", "file", s.configPath, "strategy", cfg.Admission.Strategy, "routes", len(cfg.Routes))

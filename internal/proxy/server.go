@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/loadshed/loadshed/internal/config"
+	"github.com/loadshed/loadshed/internal/door/httpdoor"
 	"github.com/loadshed/loadshed/internal/gate"
 	"github.com/loadshed/loadshed/internal/metrics"
 	"github.com/loadshed/loadshed/internal/selfload"
@@ -56,18 +57,18 @@ type Options struct {
 // Server is a running proxy.
 type Server struct {
 	gate     *gate.Gate
-	h        *handler
+	door     *httpdoor.Door // the data port's
 	reg      *prometheus.Registry
 	log      *slog.Logger
 	draining atomic.Bool
-	drainTok string // GET /drain's token (Options.DrainToken)
+	windows  atomic.Int32 // drain windows open (GET /drain): answers close their connections while any is
+	drainTok string       // GET /drain's token (Options.DrainToken)
 
 	data, admin     *http.Server
 	dataLn, adminLn net.Listener // no dataLn: the other doors only (listen is empty)
 	openDoors       []gate.OpenDoor
 	doors           []gate.Door
 	conns           *connTracker
-	transport       *upstreamTransport
 	certs           *certReloader // nil without tls
 	self            *selfload.Monitor
 	status          *status.Page
@@ -122,13 +123,10 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.gate = g
-	s.h = newHandler(g, cfg, s.log)
-	if err := s.h.setUpstream(cfg.Upstream); err != nil {
+	if s.door, err = httpdoor.New(g, gate.DoorOptions{Registerer: s.reg, Logger: s.log}); err != nil {
 		g.Close()
 		return nil, err
 	}
-	s.transport = newUpstreamTransport(cfg)
-	s.h.transport = s.transport
 	if cfg.TLS != nil {
 		if s.certs, err = newCertReloader(cfg.TLS.CertFile, cfg.TLS.KeyFile, s.log); err != nil {
 			g.Close()
@@ -150,7 +148,23 @@ func (s *Server) StageStates() []metrics.StageState { return s.gate.StageStates(
 func (s *Server) QuotaState() (metrics.QuotaState, bool) { return s.gate.QuotaState() }
 
 // Handler returns the data-port handler (for tests that serve it themselves).
-func (s *Server) Handler() http.Handler { return s.h }
+func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveData) }
+
+// serveData is the data port: the HTTP door, with what the server knows of the connection.
+func (s *Server) serveData(w http.ResponseWriter, r *http.Request) {
+	if r.ProtoMajor == 2 {
+		markHTTP2(r) // a drain leaves it to GOAWAY (connTracker.closeIdle)
+	}
+	if s.draining.Load() || s.windows.Load() > 0 {
+		// While the endpoints update, every answer closes its connection, so no idle
+		// keep-alive connection is left for a client to send on as the listener closes. Over
+		// HTTP/2 net/http turns the header into GOAWAY: the connection's other streams finish,
+		// and the client (a gRPC channel too) opens a new connection for its next request
+		// instead of waiting for the listener to close after the application has gone.
+		w.Header().Set("Connection", "close")
+	}
+	s.door.ServeHTTP(w, r)
+}
 
 // AdminHandler returns the admin handler: /metrics, /healthz, /readyz, /drain (the
 // application's preStop hook when the proxy runs as a native sidecar), and the status page at /.
@@ -197,8 +211,8 @@ func (s *Server) drainWindow(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("delay: %q, want a Go duration from 0s to %s, e.g. delay=5s", v, maxDrainWindow), http.StatusBadRequest)
 		return
 	}
-	s.h.windows.Add(1)
-	defer s.h.windows.Add(-1)
+	s.windows.Add(1)
+	defer s.windows.Add(-1)
 	s.log.Info("drain window: answers close their connections", "delay", d)
 	s.closeIdleFor(r.Context(), d)
 	io.WriteString(w, "drained\n")
@@ -295,7 +309,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 	cfg := s.gate.Config()
 	s.data = &http.Server{
-		Handler:           s.h,
+		Handler:           http.HandlerFunc(s.serveData),
 		ReadHeaderTimeout: cfg.Server.ReadHeaderTimeout.D(),
 		ReadTimeout:       cfg.Server.ReadTimeout.D(),
 		IdleTimeout:       cfg.Server.IdleTimeout.D(),
@@ -388,7 +402,6 @@ func (s *Server) shutdown() error {
 	// endpoints update instead of reusing a connection that will close. Idle keep-alive
 	// connections are not cut at once (a client may be sending on one right now): each is closed
 	// once it has stayed quiet for a moment, so none is left idle when the listener closes.
-	s.h.draining.Store(true)
 	drain := cfg.Shutdown.DrainDelay.D()
 	s.log.Info("draining: readiness off, still serving", "drainDelay", drain)
 	s.closeIdleFor(context.Background(), drain)
@@ -418,7 +431,7 @@ func (s *Server) shutdown() error {
 			err = cmp.Or(err, derr)
 		}
 	}
-	s.transport.CloseIdleConnections()
+	s.door.CloseIdleConnections()
 	adminCtx, cancelAdmin := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancelAdmin()
 	s.admin.Shutdown(adminCtx)

@@ -1,4 +1,4 @@
-package proxy
+package httpdoor
 
 import (
 	"net"
@@ -61,7 +61,9 @@ func newUpstreamTransport(cfg *config.Config) *upstreamTransport {
 	return u
 }
 
-func (u *upstreamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+// roundTrip sends req through the transport its protocol needs, one without a response-header
+// timeout for a streaming route.
+func (u *upstreamTransport) roundTrip(req *http.Request, streamingRoute bool) (*http.Response, error) {
 	proto := 0
 	if u.mode == config.UpstreamH2C || (u.mode == config.UpstreamAuto && gate.IsGRPC(req.Header.Get("Content-Type"))) {
 		proto = 1
@@ -70,7 +72,7 @@ func (u *upstreamTransport) RoundTrip(req *http.Request) (*http.Response, error)
 		}
 	}
 	streaming := 0
-	if p := gate.PassFrom(req.Context()); p != nil && p.Streaming() {
+	if streamingRoute {
 		streaming = 1
 	}
 	return u.t[proto][streaming].RoundTrip(req)

@@ -1,4 +1,4 @@
-package proxy
+package httpdoor
 
 import (
 	"bytes"
@@ -153,6 +153,7 @@ type idleBody struct {
 	pass        *gate.Pass
 	mu          sync.Mutex
 	ended       bool
+	failed      atomic.Pointer[error] // the first read error
 }
 
 func (b *idleBody) Read(p []byte) (int, error) {
@@ -169,9 +170,18 @@ func (b *idleBody) Read(p []byte) (int, error) {
 	}
 	n, err := b.ReadCloser.Read(p)
 	if err != nil && err != io.EOF {
+		b.failed.CompareAndSwap(nil, &err)
 		b.pass.BodyFailed(err)
 	}
 	return n, err
+}
+
+// err is the first error reading the body, or nil.
+func (b *idleBody) err() error {
+	if e := b.failed.Load(); e != nil {
+		return *e
+	}
+	return nil
 }
 
 // end is the handler's return: deadlines are not the body's to set any more.

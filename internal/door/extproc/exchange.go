@@ -3,7 +3,6 @@ package extproc
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -18,7 +17,6 @@ import (
 
 	"github.com/loadshed/loadshed/internal/config"
 	"github.com/loadshed/loadshed/internal/gate"
-	"github.com/loadshed/loadshed/internal/metrics"
 	"github.com/loadshed/loadshed/pkg/admission"
 )
 
@@ -27,8 +25,8 @@ type exchange struct {
 	s      *Server
 	stream extprocv3.ExternalProcessor_ProcessServer
 	pass   *gate.Pass
-	// call: a gRPC call; trailers: its response trailers were asked for (it ends there).
-	call, trailers bool
+	// call: a gRPC call.
+	call bool
 	// answered: the answer has been seen (response headers, or a call's trailers) and the permit
 	// is back.
 	answered bool
@@ -52,8 +50,11 @@ func (x *exchange) serve(first *extprocv3.ProcessingRequest, hdrs *extprocv3.Htt
 	start := clock.Now()
 	h := headerList(hdrs.GetHeaders().GetHeaders())
 	req := &gate.Request{
-		Door: metrics.DoorExtProc, Method: h.Get(":method"), Path: requestPath(h.Get(":path")), Header: h,
+		Door: gate.DoorExtProc, Method: h.Get(":method"), Path: requestPath(h.Get(":path")), Header: h,
 		Peer: x.peer(first), ContentLength: contentLength(h, hdrs.GetEndOfStream()), GRPC: gate.IsGRPC(h.Get("content-type")),
+		// Envoy answers a hung upstream at its route timeout (and sends that 504 here); a route
+		// may have none, so the gate gives the permit back at upstreamTimeout.
+		UnboundedUpstream: true,
 	}
 	x.call = req.GRPC
 	ctx, cancel := context.WithCancelCause(x.stream.Context())
@@ -78,23 +79,10 @@ func (x *exchange) serve(first *extprocv3.ProcessingRequest, hdrs *extprocv3.Htt
 	x.pass = pass
 	defer pass.Finish()
 	if !x.forward(h) {
-		pass.Failed(metrics.OutcomeCanceled, 0)
+		pass.Failed(gate.OutcomeCanceled, 0)
 		return
 	}
 	x.s.m.answer.Observe(clock.Now().Sub(start).Seconds())
-	switch {
-	case pass.Streaming():
-	case x.call:
-		// A call still open after grpc.streamAfter is a stream its route does not say it is: its
-		// permit goes back, its latency is no sample.
-		t := clock.AfterFunc(pass.StreamAfter(), pass.MarkStream)
-		defer t.Stop()
-	default:
-		// Envoy answers a hung upstream at its route timeout (and sends that 504 here); without
-		// one, the permit still goes back at upstreamTimeout, as an upstream failure.
-		t := clock.AfterFunc(cfg.UpstreamTimeout.D(), func() { pass.Release(admission.Dropped) })
-		defer t.Stop()
-	}
 	x.follow()
 }
 
@@ -155,7 +143,6 @@ func (x *exchange) forward(h headerList) bool {
 	resp := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: hr}}
 	if x.call && !x.pass.Streaming() {
 		resp.ModeOverride = callMode
-		x.trailers = true
 	}
 	return x.send(resp)
 }
@@ -195,37 +182,26 @@ func (x *exchange) follow() {
 	}
 }
 
-// responseHeaders reports the answer: its status is the outcome, and the time since the
-// CONTINUE the latency sample. A gRPC call ends at its grpc-status: in these headers (a
-// trailers-only answer, as Envoy's own local replies to gRPC are), else in its trailers.
+// responseHeaders reports the answer to the gate. A gRPC call ends at its grpc-status: in these
+// headers (a trailers-only answer, as Envoy's own local replies to gRPC are), else in its
+// trailers. The processor never sees a body: the permit goes back at the headers otherwise.
 func (x *exchange) responseHeaders(h headerList, now time.Time) {
 	if x.answered {
 		return
 	}
-	p := x.pass
 	code, err := strconv.Atoi(h.Get(":status"))
 	if err != nil || code < 100 || code > 599 {
 		code = http.StatusBadGateway
 	}
-	if x.call && code == http.StatusOK {
-		p.Responded(code, now, p.Streaming())
-		switch {
-		case h.Get("grpc-status") != "":
-			p.CallEnded(gate.GRPCStatus(h.Get("grpc-status")), h.Get("grpc-message"), now)
-		case p.Streaming() || !x.trailers:
-			p.Complete()
-		default:
-			x.headersAt = now
-			return
-		}
-		x.answered = true
+	next := x.pass.Answered(gate.Answer{Status: code, ContentType: h.Get("content-type"),
+		GRPCStatus: h.Get("grpc-status"), GRPCMessage: h.Get("grpc-message"), At: now})
+	switch next {
+	case gate.NextTrailers:
+		x.headersAt = now
 		return
+	case gate.NextBody:
+		x.pass.Complete()
 	}
-	// Upgrades (WebSocket) and event streams are streams: their permit goes back as they start,
-	// and their duration is no sample.
-	stream := p.Streaming() || code == http.StatusSwitchingProtocols || gate.IsEventStream(h.Get("content-type"))
-	p.Responded(code, now, stream)
-	p.Complete()
 	x.answered = true
 }
 
@@ -234,7 +210,7 @@ func (x *exchange) responseTrailers(h headerList, now time.Time) {
 	if x.answered || !x.call || x.headersAt.IsZero() {
 		return
 	}
-	x.pass.CallEnded(gate.GRPCStatus(h.Get("grpc-status")), h.Get("grpc-message"), now)
+	x.pass.CallEnded(h.Get("grpc-status"), h.Get("grpc-message"), now)
 	x.answered = true
 }
 
@@ -247,9 +223,9 @@ func (x *exchange) ended() {
 	switch {
 	case x.answered:
 	case !x.headersAt.IsZero():
-		x.pass.CallEnded(gate.GRPCOK, "", x.headersAt)
+		x.pass.CallEnded("0", "", x.headersAt)
 	default:
-		x.pass.Failed(metrics.OutcomeCanceled, 0)
+		x.pass.Failed(gate.OutcomeCanceled, 0)
 	}
 }
 
@@ -269,7 +245,7 @@ func (x *exchange) refuse(err error) bool {
 			ir.GrpcStatus = &extprocv3.GrpcStatus{Status: uint32(rej.GRPCCode)}
 			ir.Body = []byte(rej.GRPCMessage())
 		} else {
-			ir.Body = fmt.Appendf(nil, "%d %s: %s\n", rej.Status, http.StatusText(rej.Status), rej.Reason)
+			ir.Body = []byte(rej.Body())
 		}
 	case errors.As(err, &bad):
 		ir = &extprocv3.ImmediateResponse{Status: x.httpStatus(bad.Status), Details: "loadshed_client_error"}
@@ -277,7 +253,7 @@ func (x *exchange) refuse(err error) bool {
 			ir.GrpcStatus = &extprocv3.GrpcStatus{Status: uint32(bad.GRPCCode())}
 			ir.Body = []byte(bad.Error())
 		} else {
-			ir.Body = fmt.Appendf(nil, "%d %s: %s\n", bad.Status, http.StatusText(bad.Status), bad)
+			ir.Body = []byte(bad.Body())
 		}
 	default:
 		return false

@@ -1,4 +1,4 @@
-package proxy
+package httpdoor
 
 import (
 	"context"
@@ -18,7 +18,6 @@ import (
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/loadshed/loadshed/internal/gate"
-	"github.com/loadshed/loadshed/internal/metrics"
 )
 
 // The forwarding half of the HTTP door. It does what a reverse proxy must (hop-by-hop headers
@@ -31,12 +30,15 @@ import (
 
 // exchange is one admitted request on its way to the upstream and back.
 type exchange struct {
-	h    *handler
+	d    *Door
 	pass *gate.Pass
 	in   *http.Request
+	grpc bool // a gRPC call
 	w    idleWriter
 	url  url.URL
 	body heldBody
+	// idle is the client's body after admission, when it streams (followBody).
+	idle idleBody
 	// The values of the forwarding headers (X-Forwarded-For, -Host, -Proto, User-Agent): each
 	// header's one-element slice points into this array.
 	fwd   [4]string
@@ -49,24 +51,60 @@ type exchange struct {
 	heldN int
 }
 
-// forward sends the admitted request r to the upstream with ctx as its context and passes the
-// answer on to w.
-func (h *handler) forward(w http.ResponseWriter, r *http.Request, pass *gate.Pass, ctx context.Context) {
-	x := &exchange{h: h, pass: pass, in: r, w: idleWriter{ResponseWriter: w, idle: h.writeIdle}}
+// followBody prepares the rest of the client's body for forwarding after admission: a gRPC
+// call's messages have their framing followed, and a body not read in full before admission
+// comes with an idle timeout between reads (idleBody).
+func (x *exchange) followBody(w http.ResponseWriter, readLimit time.Time) {
+	r := x.in
+	if !hasBody(r) {
+		return
+	}
+	if x.grpc {
+		// A call its client broke is the client's.
+		r.Body = newGRPCRequestBody(r, x.d.gate.Config().GRPC.MaxMessageBytes)
+	}
+	if _, whole := r.Body.(*bufferedBody); whole {
+		return
+	}
+	x.idle = idleBody{ReadCloser: r.Body, idle: x.d.bodyTimeout, limit: readLimit, pass: x.pass}
+	if rd, ok := w.(interface{ SetReadDeadline(time.Time) error }); ok && !x.pass.Streaming() {
+		x.idle.setDeadline = rd.SetReadDeadline
+	}
+	r.Body = &x.idle
+}
+
+// finish ends the exchange when ServeHTTP returns. A panic (http.ErrAbortHandler when the
+// response copy fails) still ends it on the pass, and is raised again for net/http to abort the
+// connection.
+func (x *exchange) finish() {
+	rec := recover()
+	if rec != nil {
+		x.pass.Abort(x.in.Context().Err() != nil)
+	}
+	x.pass.Finish()
+	x.idle.end()
+	if rec != nil {
+		panic(rec)
+	}
+}
+
+// forward sends the admitted request to the upstream with ctx as its context and passes the
+// answer on.
+func (x *exchange) forward(ctx context.Context) {
 	out, err := x.outbound(ctx)
 	if err != nil {
-		h.upstreamFailed(&x.w, r.WithContext(ctx), err)
+		x.failed(ctx, err)
 		return
 	}
 	if out.Body != nil {
 		defer x.body.end()
 	}
-	res, err := h.transport.RoundTrip(out)
+	res, err := x.d.transport.roundTrip(out, x.pass.Streaming())
 	x.mu.Lock()
 	x.final = true
 	x.mu.Unlock()
 	if err != nil {
-		h.upstreamFailed(&x.w, out, err)
+		x.failed(ctx, err)
 		return
 	}
 	if name, ok := invalidFieldName(res.Header); !ok {
@@ -74,13 +112,12 @@ func (h *handler) forward(w http.ResponseWriter, r *http.Request, pass *gate.Pas
 		// it, and the answer is already framed by another field: passing it on, or mending it,
 		// could frame the answer differently from the upstream. The upstream is at fault.
 		res.Body.Close()
-		h.upstreamFailed(&x.w, out, fmt.Errorf("upstream answer has the invalid header field name %q", name))
+		x.failed(ctx, fmt.Errorf("upstream answer has the invalid header field name %q", name))
 		return
 	}
 	if res.StatusCode == http.StatusSwitchingProtocols {
-		x.pass.Responded(res.StatusCode, time.Now(), true)
-		x.pass.Complete()
-		x.switchProtocols(out, res)
+		x.pass.Answered(gate.Answer{Status: res.StatusCode, At: x.d.clock.Now()}) // a stream
+		x.switchProtocols(ctx, out, res)
 		return
 	}
 	x.respond(res)
@@ -88,7 +125,7 @@ func (h *handler) forward(w http.ResponseWriter, r *http.Request, pass *gate.Pas
 
 // outbound builds the request the upstream receives.
 func (x *exchange) outbound(ctx context.Context) (*http.Request, error) {
-	in, h := x.in, x.h
+	in, d := x.in, x.d
 	upgrade := upgradeType(in.Header)
 	if !printable(upgrade) {
 		return nil, fmt.Errorf("client asked to switch to the invalid protocol %q", upgrade)
@@ -108,11 +145,11 @@ func (x *exchange) outbound(ctx context.Context) (*http.Request, error) {
 		hdr["Connection"] = []string{"Upgrade"}
 		hdr["Upgrade"] = []string{upgrade}
 	}
-	cfg := h.gate.Config()
+	cfg := d.gate.Config()
 	x.forwarded(hdr, cfg.TrustForwardedHeaders)
 	// The admission headers go; the remaining deadline is forwarded, so the upstream can give
 	// up in time too.
-	remove, set := x.pass.Forward(time.Now())
+	remove, set := x.pass.Forward(d.clock.Now())
 	for _, name := range remove {
 		hdr.Del(name)
 	}
@@ -120,7 +157,7 @@ func (x *exchange) outbound(ctx context.Context) (*http.Request, error) {
 		hdr.Set(f.Name, f.Value)
 	}
 
-	target := h.upstream.Load()
+	target := d.upstream.Load()
 	x.url = *in.URL
 	x.url.Scheme, x.url.Host = target.Scheme, target.Host
 	x.url.Path, x.url.RawPath = joinPath(target, in.URL)
@@ -215,34 +252,22 @@ func (x *exchange) informational(code int, header textproto.MIMEHeader) error {
 // as soon as the upstream is done), then the headers, the body and the trailers.
 func (x *exchange) respond(res *http.Response) {
 	defer res.Body.Close()
-	pass := x.pass
-	now := time.Now()
+	a := gate.Answer{Status: res.StatusCode, ContentType: res.Header.Get("Content-Type"), At: x.d.clock.Now()}
+	if x.grpc {
+		a.GRPCStatus, a.GRPCMessage = res.Header.Get("Grpc-Status"), res.Header.Get("Grpc-Message")
+	}
 	var holdErr error
-	if gate.IsGRPC(x.in.Header.Get("Content-Type")) && res.StatusCode == http.StatusOK {
-		// A gRPC call ends with its grpc-status: in the headers of a trailers-only answer, else
-		// in the trailers after the last message.
-		pass.Responded(res.StatusCode, now, pass.Streaming())
-		switch {
-		case res.Header.Get("Grpc-Status") != "":
-			endCall(pass, res.Header, now)
-		case pass.Streaming():
-			pass.Complete()
-		default:
-			res.Body = &grpcBody{ReadCloser: res.Body, res: res, pass: pass}
-		}
-	} else {
-		// Upgrades and event streams are streams: their permit goes back as they start, and
-		// their duration is no sample.
-		stream := pass.Streaming() || gate.IsEventStream(res.Header.Get("Content-Type"))
-		pass.Responded(res.StatusCode, now, stream)
-		if stream {
-			pass.Complete()
-		} else if x.h.respBuffer > 0 {
+	switch x.pass.Answered(a) {
+	case gate.NextTrailers:
+		// The call ends with the grpc-status of its trailers, after the last message.
+		res.Body = &grpcBody{ReadCloser: res.Body, res: res, x: x}
+	case gate.NextBody:
+		if x.d.respBuffer > 0 {
 			var whole bool
 			if whole, holdErr = x.hold(res); whole {
 				// The upstream is done: the permit goes back now, not when a slow client has
 				// read the answer.
-				pass.Complete()
+				x.pass.Complete()
 			}
 		}
 	}
@@ -272,7 +297,7 @@ func (x *exchange) respond(res *http.Response) {
 	var err error
 	if x.held != nil {
 		_, err = x.w.Write((*x.held)[:x.heldN])
-		x.h.respBudget.give(int64(cap(*x.held)))
+		x.d.respBudget.give(int64(cap(*x.held)))
 		putBuffer(x.held)
 		x.held = nil
 		if err == nil {
@@ -284,7 +309,7 @@ func (x *exchange) respond(res *http.Response) {
 	if err != nil {
 		// The client must see the answer broken off, not ended as if whole: the connection
 		// is aborted (and the deferred handler in ServeHTTP settles the permit).
-		x.h.log.Debug("response body cut short", "err", err)
+		x.d.log.Debug("response body cut short", "err", err)
 		panic(http.ErrAbortHandler)
 	}
 	if len(res.Trailer) > 0 {
@@ -315,11 +340,11 @@ func (x *exchange) hold(res *http.Response) (bool, error) {
 	if res.Body == nil || res.Body == http.NoBody || x.in.Method == http.MethodHead {
 		return true, nil
 	}
-	if res.ContentLength < 0 || res.ContentLength > x.h.respBuffer {
+	if res.ContentLength < 0 || res.ContentLength > x.d.respBuffer {
 		return false, nil
 	}
 	buf := getBuffer(int(res.ContentLength))
-	if !x.h.respBudget.take(int64(cap(*buf))) {
+	if !x.d.respBudget.take(int64(cap(*buf))) {
 		putBuffer(buf)
 		return false, nil // every buffer is in use: this one streams under its permit
 	}
@@ -357,29 +382,29 @@ var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return 
 
 // switchProtocols splices the client's connection to the upstream's after a 101 answer (a
 // WebSocket), until either side ends.
-func (x *exchange) switchProtocols(out *http.Request, res *http.Response) {
-	h := x.h
+func (x *exchange) switchProtocols(ctx context.Context, out *http.Request, res *http.Response) {
+	log := x.d.log
 	asked, got := upgradeType(out.Header), upgradeType(res.Header)
 	if !printable(got) {
 		res.Body.Close()
-		h.upstreamFailed(&x.w, out, fmt.Errorf("upstream switched to the invalid protocol %q", got))
+		x.failed(ctx, fmt.Errorf("upstream switched to the invalid protocol %q", got))
 		return
 	}
 	if !strings.EqualFold(asked, got) {
 		res.Body.Close()
-		h.upstreamFailed(&x.w, out, fmt.Errorf("upstream switched to %q where %q was asked for", got, asked))
+		x.failed(ctx, fmt.Errorf("upstream switched to %q where %q was asked for", got, asked))
 		return
 	}
 	back, ok := res.Body.(io.ReadWriteCloser)
 	if !ok {
 		res.Body.Close()
-		h.upstreamFailed(&x.w, out, fmt.Errorf("a 101 answer without a writable body"))
+		x.failed(ctx, fmt.Errorf("a 101 answer without a writable body"))
 		return
 	}
 	conn, rw, err := http.NewResponseController(&x.w).Hijack()
 	if err != nil {
 		back.Close()
-		h.upstreamFailed(&x.w, out, fmt.Errorf("switching protocols: %w", err))
+		x.failed(ctx, fmt.Errorf("switching protocols: %w", err))
 		return
 	}
 	defer conn.Close()
@@ -391,11 +416,11 @@ func (x *exchange) switchProtocols(out *http.Request, res *http.Response) {
 	res.Header = x.w.Header()
 	res.Body = nil // res.Write writes the status line and headers only
 	if err := res.Write(rw); err != nil {
-		h.log.Debug("switching protocols: writing the 101", "err", err)
+		log.Debug("switching protocols: writing the 101", "err", err)
 		return
 	}
 	if err := rw.Flush(); err != nil {
-		h.log.Debug("switching protocols: writing the 101", "err", err)
+		log.Debug("switching protocols: writing the 101", "err", err)
 		return
 	}
 	done := make(chan struct{}, 2)
@@ -580,22 +605,17 @@ func isHex(c byte) bool {
 	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }
 
-// upstreamFailed answers a request the upstream did not answer, or whose body failed on the
-// way: the client's doing (it left, its body was malformed, too large or too slow) is counted
-// as the client's, the rest as the upstream's (502, or 504 on a timeout), never as a shed.
-func (h *handler) upstreamFailed(w http.ResponseWriter, r *http.Request, err error) {
-	pass := gate.PassFrom(r.Context())
-	fail := func(outcome string, status int) {
-		if pass != nil {
-			pass.Failed(outcome, status)
-		}
-	}
-	grpc := gate.IsGRPC(r.Header.Get("Content-Type"))
-	if r.Context().Err() != nil && !errors.Is(r.Context().Err(), context.DeadlineExceeded) {
+// failed answers a request the upstream did not answer, or whose body failed on the way: the
+// client's doing (it left, its body was malformed, too large or too slow) is counted as the
+// client's, the rest as the upstream's (502, or 504 on a timeout), never as a shed. ctx is the
+// forwarded request's.
+func (x *exchange) failed(ctx context.Context, err error) {
+	w, pass, grpc := &x.w, x.pass, x.grpc
+	if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		// The client went away, or its body stopped at server.readTimeout (net/http cancels
 		// the context on a read error). A departed client never sees this answer; a slow one
 		// must not get the empty 200 net/http would send if nothing were written.
-		fail(metrics.OutcomeCanceled, 0)
+		pass.Failed(gate.OutcomeCanceled, 0)
 		if grpc {
 			writeGRPCStatus(w, gate.GRPCCanceled, "request canceled", "", "")
 			return
@@ -604,48 +624,46 @@ func (h *handler) upstreamFailed(w http.ResponseWriter, r *http.Request, err err
 		w.WriteHeader(http.StatusRequestTimeout)
 		return
 	}
-	var bodyErr error
-	if pass != nil {
-		bodyErr = pass.BodyError()
-	}
-	if answerMalformed(w, bodyErr, fail) {
+	bodyErr := x.idle.err()
+	if answerMalformed(w, bodyErr, pass) {
 		return // a gRPC call whose client broke its framing
 	}
 	var tooBig *http.MaxBytesError
 	if errors.As(err, &tooBig) || errors.As(bodyErr, &tooBig) {
 		// A streamed (chunked) body outgrew server.maxBodyBytes: the client's fault.
-		fail(metrics.OutcomeClientError, http.StatusRequestEntityTooLarge)
-		h.clientError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes", tooBig.Limit), grpc)
+		pass.Failed(gate.OutcomeClientError, http.StatusRequestEntityTooLarge)
+		x.d.clientError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes", tooBig.Limit), grpc)
 		return
 	}
 	switch classifyBodyError(bodyErr, false) {
 	case bodyMalformed:
 		// The client's body broke its own framing: its error, never the upstream's.
-		fail(metrics.OutcomeClientError, http.StatusBadRequest)
-		h.clientError(w, http.StatusBadRequest, "malformed request body", grpc)
+		pass.Failed(gate.OutcomeClientError, http.StatusBadRequest)
+		x.d.clientError(w, http.StatusBadRequest, "malformed request body", grpc)
 		return
 	case bodySlow, bodyGone:
-		fail(metrics.OutcomeCanceled, 0)
-		h.clientError(w, http.StatusRequestTimeout, "", grpc)
+		pass.Failed(gate.OutcomeCanceled, 0)
+		x.d.clientError(w, http.StatusRequestTimeout, "", grpc)
 		return
 	}
-	code, outcome := http.StatusBadGateway, metrics.OutcomeUpstreamError
+	code, outcome := http.StatusBadGateway, gate.OutcomeUpstreamError
 	var ne net.Error
 	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
-		code, outcome = http.StatusGatewayTimeout, metrics.OutcomeUpstreamTimeout
+		code, outcome = http.StatusGatewayTimeout, gate.OutcomeUpstreamTimeout
 	}
-	fail(outcome, code)
-	h.log.Debug("upstream failed", "err", err, "status", code)
+	pass.Failed(outcome, code)
+	x.d.log.Debug("upstream failed", "err", err, "status", code)
+	what := "upstream " + strings.ReplaceAll(outcome.String(), "_", " ")
 	if grpc {
 		// Never confused with a shed: no pushback, no X-Loadshed-Reason.
 		g := gate.GRPCUnavailable
 		if code == http.StatusGatewayTimeout {
 			g = gate.GRPCDeadlineExceeded
 		}
-		writeGRPCStatus(w, g, "upstream "+strings.ReplaceAll(outcome, "_", " "), "", "")
+		writeGRPCStatus(w, g, what, "", "")
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.WriteHeader(code)
-	fmt.Fprintf(w, "%d %s: upstream %s\n", code, http.StatusText(code), strings.ReplaceAll(outcome, "_", " "))
+	io.WriteString(w, gate.AnswerText(code, what))
 }

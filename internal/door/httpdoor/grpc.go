@@ -1,4 +1,4 @@
-package proxy
+package httpdoor
 
 import (
 	"errors"
@@ -6,10 +6,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/loadshed/loadshed/internal/gate"
-	"github.com/loadshed/loadshed/internal/metrics"
 )
 
 // writeGRPCStatus answers a gRPC call with a trailers-only response: HTTP 200, content-type
@@ -60,18 +58,12 @@ func encodeGRPCMessage(s string) string {
 	return b.String()
 }
 
-// endCall ends a gRPC call with the grpc-status and grpc-message of h: the trailers, or the
-// headers of a trailers-only answer.
-func endCall(pass *gate.Pass, h http.Header, at time.Time) {
-	pass.CallEnded(gate.GRPCStatus(h.Get("Grpc-Status")), h.Get("Grpc-Message"), at)
-}
-
 // grpcBody watches a gRPC response body: when it ends, the call's final grpc-status is in the
 // trailers, and the call ends there (its permit goes back, its outcome is that status).
 type grpcBody struct {
 	io.ReadCloser
 	res   *http.Response
-	pass  *gate.Pass
+	x     *exchange
 	ended bool
 }
 
@@ -79,7 +71,7 @@ func (b *grpcBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if err == io.EOF && !b.ended {
 		b.ended = true
-		endCall(b.pass, b.res.Trailer, time.Now())
+		b.x.pass.CallEnded(b.res.Trailer.Get("Grpc-Status"), b.res.Trailer.Get("Grpc-Message"), b.x.d.clock.Now())
 	}
 	return n, err
 }
@@ -123,12 +115,12 @@ func (b *grpcRequestBody) Read(p []byte) (int, error) {
 // *gate.MalformedCall) as a gRPC server would: a trailers-only INTERNAL, or RESOURCE_EXHAUSTED
 // for a message over the cap; counted as the client's error (fail), never the upstream's. It
 // reports whether bodyErr was one.
-func answerMalformed(w http.ResponseWriter, bodyErr error, fail func(outcome string, status int)) bool {
+func answerMalformed(w http.ResponseWriter, bodyErr error, pass *gate.Pass) bool {
 	var bad *gate.MalformedCall
 	if !errors.As(bodyErr, &bad) {
 		return false
 	}
-	fail(metrics.OutcomeClientError, bad.Status)
+	pass.Failed(gate.OutcomeClientError, bad.Status)
 	writeGRPCStatus(w, bad.Code, bad.Error(), "", "")
 	return true
 }

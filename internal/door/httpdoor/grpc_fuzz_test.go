@@ -1,4 +1,4 @@
-package proxy
+package httpdoor
 
 import (
 	"net/url"

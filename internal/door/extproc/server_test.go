@@ -14,7 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/loadshed/loadshed/internal/config"
-	"github.com/loadshed/loadshed/internal/extproc"
+	"github.com/loadshed/loadshed/internal/door/extproc"
 	"github.com/loadshed/loadshed/internal/gate"
 	"github.com/loadshed/loadshed/internal/proxy"
 )

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/loadshed/loadshed/internal/config"
-	"github.com/loadshed/loadshed/internal/extproc"
+	"github.com/loadshed/loadshed/internal/door/extproc"
 	"github.com/loadshed/loadshed/internal/gate"
 )
 
