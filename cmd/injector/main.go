@@ -12,9 +12,9 @@
 //	injector --tls-cert-file tls.crt --tls-key-file tls.key --settings settings.yaml
 //
 // It serves POST /mutate and GET /healthz over HTTPS (--listen), reloading the certificate when
-// its files change (package certs: a handshake looks at them every --cert-poll-interval), and Prometheus metrics over HTTP (--metrics-listen). The server's version
-// (native sidecar from 1.33) comes from --kube-version, or from the API server itself when that
-// is empty. Both the version and the events use the ServiceAccount's in-cluster configuration;
+// its files change (package certs: a handshake looks at them every --cert-poll-interval), and
+// Prometheus metrics over HTTP (--metrics-listen). The server's version (native sidecar from
+// 1.33) comes from --kube-version, or from the API server itself when that is empty. Both the version and the events use the ServiceAccount's in-cluster configuration;
 // without one (outside a cluster) the injector records no events. On SIGTERM it fails
 // readiness, keeps serving for --shutdown-delay while its endpoints update, then stops.
 package main

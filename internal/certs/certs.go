@@ -20,9 +20,9 @@
 //     key, a file being written, a file missing) leaves the previous pair in use, is logged and
 //     counted, and is read again at the next look. The first load has no previous pair: New
 //     fails, and its error names the configuration field of the file at fault.
-//   - Metrics are optional: with a Registerer, <prefix>_certificate_reloads_total{result="ok|error"}
-//     counts the loads after a change and <prefix>_certificate_expiry_timestamp_seconds is the
-//     current certificate's NotAfter.
+//   - Metrics are optional: with a Registerer, <prefix>_certificate_reloads_total{result} (ok,
+//     error) counts the loads after a change and <prefix>_certificate_expiry_timestamp_seconds is
+//     the current certificate's NotAfter.
 package certs
 
 import (

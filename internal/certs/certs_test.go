@@ -29,10 +29,10 @@ func serving(t *testing.T, r *Reloader) int64 {
 	return c.Leaf.SerialNumber.Int64()
 }
 
-// TestReloadOnHandshake: a handshake looks at the files once the interval has passed on the
+// TestCertReloadOnHandshake: a handshake looks at the files once the interval has passed on the
 // clock, not before, and at most once per interval; it then serves the new pair (a Secret
 // volume's symlink swap) with no restart.
-func TestReloadOnHandshake(t *testing.T) {
+func TestCertReloadOnHandshake(t *testing.T) {
 	s := certstest.NewSecret(t, t.TempDir(), certstest.SelfSigned(t, 1))
 	clock := admissiontest.NewClock(start)
 	r, err := New(Config{CertFile: s.CertFile, KeyFile: s.KeyFile, Interval: 10 * time.Second}, Options{Clock: clock})
@@ -62,11 +62,11 @@ func TestReloadOnHandshake(t *testing.T) {
 	}
 }
 
-// TestReloadKeepsThePreviousPair: unchanged files are no change; a new certificate beside the old
-// key (a rotation caught half-way) is an error that leaves the previous pair served, is logged
-// and counted, and is read again at the next look; the whole new pair is served. The metrics
-// have their names and help.
-func TestReloadKeepsThePreviousPair(t *testing.T) {
+// TestCertReloadKeepsThePreviousPair: unchanged files are no change; a new certificate beside
+// the old key (a rotation caught half-way) is an error that leaves the previous pair served, is
+// logged and counted, and is read again at the next look; the whole new pair is served. The
+// metrics have their names and help.
+func TestCertReloadKeepsThePreviousPair(t *testing.T) {
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
 	p1, p2 := certstest.SelfSigned(t, 1), certstest.SelfSigned(t, 2)
@@ -139,9 +139,9 @@ loadshed_test_certificate_expiry_timestamp_seconds %d
 	}
 }
 
-// TestErrorsNameTheField: a pair that does not load at the start is an error naming the field
+// TestCertErrorsNameTheField: a pair that does not load at the start is an error naming the field
 // of the file at fault, as are missing fields.
-func TestErrorsNameTheField(t *testing.T) {
+func TestCertErrorsNameTheField(t *testing.T) {
 	dir := t.TempDir()
 	good := certstest.SelfSigned(t, 1)
 	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
@@ -188,10 +188,10 @@ func TestErrorsNameTheField(t *testing.T) {
 	}
 }
 
-// TestHandshakesDoNotWait: a handshake with no look due serves the current pair while a load
+// TestCertHandshakesDoNotWait: a handshake with no look due serves the current pair while a load
 // holds the reloader's lock, and handshakes racing a rotation each see a whole pair (run with
 // -race).
-func TestHandshakesDoNotWait(t *testing.T) {
+func TestCertHandshakesDoNotWait(t *testing.T) {
 	s := certstest.NewSecret(t, t.TempDir(), certstest.SelfSigned(t, 1))
 	clock := admissiontest.NewClock(start)
 	r, err := New(Config{CertFile: s.CertFile, KeyFile: s.KeyFile}, Options{Clock: clock})
