@@ -1,20 +1,13 @@
 package main
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
 	"io"
 	"log/slog"
-	"math/big"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -23,44 +16,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/loadshed/loadshed/internal/certs/certstest"
+	"github.com/loadshed/loadshed/pkg/admission/admissiontest"
 )
-
-// selfSigned is a certificate for 127.0.0.1 with the given serial, as PEM.
-func selfSigned(t testing.TB, serial int64) (certPEM, keyPEM []byte, cert *x509.Certificate) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(serial),
-		Subject:               pkix.Name{CommonName: "injector.test"},
-		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ = x509.ParseCertificate(der)
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), cert
-}
-
-func writeFile(t testing.TB, path string, b []byte) {
-	t.Helper()
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // serial makes a fresh TLS connection to addr, trusting pool, and returns the serial number of
 // the certificate the server presented.
@@ -74,23 +33,23 @@ func serial(t *testing.T, addr string, pool *x509.CertPool) int64 {
 	return c.ConnectionState().PeerCertificates[0].SerialNumber.Int64()
 }
 
-// TestCertificateReload: a new pair in the files is served to the next connection with no
-// restart; a pair that does not match (a rotation caught halfway) keeps the old certificate.
+// TestCertificateReload: the webhook serves the certificate of its flags' files and a new pair
+// (a Secret volume's swap) to the first connection after --cert-poll-interval, with no restart;
+// the metrics have the names the chart documents; /healthz is ready with a certificate and not
+// once stopping. (Package certs tests the reloader itself.)
 func TestCertificateReload(t *testing.T) {
-	dir := t.TempDir()
-	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	c1, k1, x1 := selfSigned(t, 1)
-	c2, k2, x2 := selfSigned(t, 2)
-	writeFile(t, certFile, c1)
-	writeFile(t, keyFile, k1)
+	p1, p2 := certstest.SelfSigned(t, 1), certstest.SelfSigned(t, 2)
+	s := certstest.NewSecret(t, t.TempDir(), p1)
 	reg := prometheus.NewRegistry()
-	r, err := newCertReloader(certFile, keyFile, slog.New(slog.NewTextHandler(io.Discard, nil)), reg)
+	clock := admissiontest.NewClock(time.Now())
+	o := options{certFile: s.CertFile, keyFile: s.KeyFile, certPoll: 10 * time.Second}
+	r, err := servingCerts(o, slog.New(slog.NewTextHandler(io.Discard, nil)), reg, clock)
 	if err != nil {
 		t.Fatal(err)
 	}
 	pool := x509.NewCertPool()
-	pool.AddCert(x1)
-	pool.AddCert(x2)
+	pool.AddCert(p1.Cert)
+	pool.AddCert(p2.Cert)
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -105,30 +64,20 @@ func TestCertificateReload(t *testing.T) {
 	if got := serial(t, addr, pool); got != 1 {
 		t.Fatalf("serving certificate %d, want 1", got)
 	}
-	if changed, err := r.Reload(); changed || err != nil {
-		t.Errorf("Reload of unchanged files: changed %v, %v", changed, err)
-	}
-
-	writeFile(t, certFile, c2) // the key is still the first one's
-	if changed, err := r.Reload(); changed || err == nil {
-		t.Errorf("Reload of a mismatched pair: changed %v, err %v; want an error", changed, err)
-	}
-	if got := serial(t, addr, pool); got != 1 {
-		t.Errorf("after a mismatched pair: serving %d, want 1 still", got)
-	}
-
-	writeFile(t, keyFile, k2)
-	if changed, err := r.Reload(); !changed || err != nil {
-		t.Fatalf("Reload of a new pair: changed %v, %v", changed, err)
-	}
+	s.Put(p2)
+	clock.Advance(o.certPoll)
 	if got := serial(t, addr, pool); got != 2 {
 		t.Errorf("after the new pair: serving %d, want 2", got)
 	}
 	want := fmt.Sprintf(`# HELP loadshed_injector_certificate_expiry_timestamp_seconds When the serving certificate expires (Unix time).
 # TYPE loadshed_injector_certificate_expiry_timestamp_seconds gauge
 loadshed_injector_certificate_expiry_timestamp_seconds %d
-`, x2.NotAfter.Unix())
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "loadshed_injector_certificate_expiry_timestamp_seconds"); err != nil {
+# HELP loadshed_injector_certificate_reloads_total Serving certificate loads after the files changed, by result (ok, error).
+# TYPE loadshed_injector_certificate_reloads_total counter
+loadshed_injector_certificate_reloads_total{result="error"} 0
+loadshed_injector_certificate_reloads_total{result="ok"} 1
+`, p2.Cert.NotAfter.Unix())
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
 		t.Error(err)
 	}
 
@@ -151,10 +100,13 @@ loadshed_injector_certificate_expiry_timestamp_seconds %d
 	}
 }
 
+// TestCertificateMissing: a certificate that does not load at the start is an error naming the
+// flag.
 func TestCertificateMissing(t *testing.T) {
 	dir := t.TempDir()
-	_, err := newCertReloader(filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"), slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
-	if err == nil {
-		t.Fatal("no error for missing files")
+	o := options{certFile: filepath.Join(dir, "tls.crt"), keyFile: filepath.Join(dir, "tls.key"), certPoll: time.Second}
+	_, err := servingCerts(o, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry(), nil)
+	if err == nil || !strings.Contains(err.Error(), "--tls-cert-file: open") || !strings.Contains(err.Error(), "--tls-key-file: open") {
+		t.Fatalf("missing files: %v, want an error naming both flags", err)
 	}
 }

@@ -12,9 +12,9 @@
 //	injector --tls-cert-file tls.crt --tls-key-file tls.key --settings settings.yaml
 //
 // It serves POST /mutate and GET /healthz over HTTPS (--listen), reloading the certificate when
-// its files change, and Prometheus metrics over HTTP (--metrics-listen). The server's version
-// (native sidecar from 1.33) comes from --kube-version, or from the API server itself when that
-// is empty. Both the version and the events use the ServiceAccount's in-cluster configuration;
+// its files change (package certs: a handshake looks at them every --cert-poll-interval), and
+// Prometheus metrics over HTTP (--metrics-listen). The server's version (native sidecar from
+// 1.33) comes from --kube-version, or from the API server itself when that is empty. Both the version and the events use the ServiceAccount's in-cluster configuration;
 // without one (outside a cluster) the injector records no events. On SIGTERM it fails
 // readiness, keeps serving for --shutdown-delay while its endpoints update, then stops.
 package main
@@ -39,8 +39,10 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/loadshed/loadshed/cmd/inject/inject"
+	"github.com/loadshed/loadshed/internal/certs"
 	"github.com/loadshed/loadshed/internal/cli"
 	"github.com/loadshed/loadshed/internal/config"
+	"github.com/loadshed/loadshed/pkg/admission"
 )
 
 func main() { cli.Main("injector", run) }
@@ -69,7 +71,7 @@ func parse(args []string, stdout io.Writer) (options, error) {
 	fs.StringVar(&o.metricsListen, "metrics-listen", ":9090", "HTTP address of /metrics; empty serves none")
 	fs.StringVar(&o.certFile, "tls-cert-file", "", "serving certificate (PEM), reloaded when it changes")
 	fs.StringVar(&o.keyFile, "tls-key-file", "", "serving certificate's key (PEM)")
-	fs.DurationVar(&o.certPoll, "cert-poll-interval", 10*time.Second, "how often to look for a new certificate")
+	fs.DurationVar(&o.certPoll, "cert-poll-interval", 10*time.Second, "how often a handshake looks at the certificate files for a new pair")
 	fs.StringVar(&o.settingsFile, "settings", "", "YAML settings of the injected sidecar (image, strategy, resources, ...); empty: defaults")
 	fs.StringVar(&o.kubeVersion, "kube-version", "", "the cluster's Kubernetes version (native sidecar from 1.33); empty asks the API server")
 	fs.BoolVar(&o.events, "events", true, "record a Warning event on the owner of a pod left without the sidecar by a problem in it (needs create and patch on events); off outside a cluster")
@@ -133,7 +135,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	certs, err := newCertReloader(o.certFile, o.keyFile, log, reg)
+	serving, err := servingCerts(o, log, reg, nil)
 	if err != nil {
 		return err
 	}
@@ -158,8 +160,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	var stopping atomic.Bool
 	srv := &http.Server{
-		Handler:           routes(hook, certs, &stopping),
-		TLSConfig:         &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: certs.GetCertificate},
+		Handler:           routes(hook, serving, &stopping),
+		TLSConfig:         &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: serving.GetCertificate},
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
@@ -188,9 +190,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		addrs = append(addrs, mln.Addr().String())
 		go func() { errc <- msrv.Serve(mln) }()
 	}
-	wctx, stopWatch := context.WithCancel(ctx)
-	defer stopWatch()
-	go certs.watch(wctx, o.certPoll)
 	log.Info("serving", "listen", ln.Addr().String(), "metrics", o.metricsListen)
 	// One line of addresses, the webhook's then the metrics': tests listen on port 0.
 	fmt.Fprintln(stdout, addrs...)
@@ -217,13 +216,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return errors.Join(errs...)
 }
 
+// servingCerts is the webhook's certificate, from --tls-cert-file and --tls-key-file, looked at
+// again every --cert-poll-interval; clock is the system's when nil. Its metrics are
+// loadshed_injector_certificate_reloads_total{result} and
+// loadshed_injector_certificate_expiry_timestamp_seconds (the chart's README names them).
+func servingCerts(o options, log *slog.Logger, reg prometheus.Registerer, clock admission.Clock) (*certs.Reloader, error) {
+	return certs.New(certs.Config{CertFile: o.certFile, KeyFile: o.keyFile, CertField: "--tls-cert-file", KeyField: "--tls-key-file", Interval: o.certPoll},
+		certs.Options{Clock: clock, Logger: log, Registerer: reg, MetricPrefix: "loadshed_injector"})
+}
+
 // routes are the HTTPS server's: /mutate and /healthz (ready while a certificate is loaded and
 // the process is not stopping).
-func routes(hook http.Handler, certs *certReloader, stopping *atomic.Bool) http.Handler {
+func routes(hook http.Handler, serving *certs.Reloader, stopping *atomic.Bool) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/mutate", hook)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		c := certs.cur.Load()
+		c := serving.Current()
 		switch {
 		case stopping.Load():
 			http.Error(w, "stopping", http.StatusServiceUnavailable)

@@ -14,6 +14,8 @@ import (
 	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
+
+	"github.com/loadshed/loadshed/internal/certs/certstest"
 )
 
 func TestParseErrors(t *testing.T) {
@@ -36,9 +38,9 @@ func TestParseErrors(t *testing.T) {
 
 func TestRunRefusesBadSettings(t *testing.T) {
 	dir := t.TempDir()
-	c, k, _ := selfSigned(t, 1)
-	writeFile(t, filepath.Join(dir, "tls.crt"), c)
-	writeFile(t, filepath.Join(dir, "tls.key"), k)
+	p := certstest.SelfSigned(t, 1)
+	certstest.WriteFile(t, filepath.Join(dir, "tls.crt"), p.CertPEM)
+	certstest.WriteFile(t, filepath.Join(dir, "tls.key"), p.KeyPEM)
 	args := []string{"--tls-cert-file", filepath.Join(dir, "tls.crt"), "--tls-key-file", filepath.Join(dir, "tls.key"), "--kube-version", "1.33"}
 	if err := run(context.Background(), append(args, "--settings", "testdata/invalid-values.yaml"), io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "strategy: unknown strategy") {
 		t.Errorf("bad settings: %v", err)
@@ -53,9 +55,9 @@ func TestRunRefusesBadSettings(t *testing.T) {
 func TestRun(t *testing.T) {
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
 	dir := t.TempDir()
-	c, k, x := selfSigned(t, 1)
-	writeFile(t, filepath.Join(dir, "tls.crt"), c)
-	writeFile(t, filepath.Join(dir, "tls.key"), k)
+	p := certstest.SelfSigned(t, 1)
+	certstest.WriteFile(t, filepath.Join(dir, "tls.crt"), p.CertPEM)
+	certstest.WriteFile(t, filepath.Join(dir, "tls.key"), p.KeyPEM)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	pr, pw := io.Pipe()
@@ -79,7 +81,7 @@ func TestRun(t *testing.T) {
 		t.Fatalf("printed %q, want two addresses", line)
 	}
 	pool := x509.NewCertPool()
-	pool.AddCert(x)
+	pool.AddCert(p.Cert)
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"}}}
 	defer client.CloseIdleConnections()
 

@@ -322,7 +322,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 	serveData := func() error { return s.data.Serve(s.dataLn) }
 	if s.certs != nil {
-		s.data.TLSConfig = &tls.Config{GetCertificate: s.certs.getCertificate, MinVersion: tls.VersionTLS12}
+		s.data.TLSConfig = &tls.Config{GetCertificate: s.certs.GetCertificate, MinVersion: tls.VersionTLS12}
 		serveData = func() error { return s.data.ServeTLS(s.dataLn, "", "") }
 	}
 	s.admin = &http.Server{

@@ -2,16 +2,9 @@ package proxy
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"io"
-	"math/big"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -22,42 +15,46 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/loadshed/loadshed/internal/certs/certstest"
+	"github.com/loadshed/loadshed/internal/config"
 )
 
 // writeCert writes a fresh self-signed certificate for 127.0.0.1 with the given serial into
-// dir (cert.pem, key.pem, swapped in by rename, as a Secret update swaps its files) and returns
-// it.
+// dir (cert.pem, key.pem, each swapped in by rename, one after the other) and returns it.
 func writeCert(t *testing.T, dir string, serial int64) *x509.Certificate {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "loadshed test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, BasicConstraintsValid: true, IsCA: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, block := range map[string]*pem.Block{"cert.pem": {Type: "CERTIFICATE", Bytes: der}, "key.pem": {Type: "EC PRIVATE KEY", Bytes: keyDER}} {
+	p := certstest.SelfSigned(t, serial)
+	for name, b := range map[string][]byte{"cert.pem": p.CertPEM, "key.pem": p.KeyPEM} {
 		tmp := filepath.Join(dir, name+".tmp")
-		if err := os.WriteFile(tmp, pem.EncodeToMemory(block), 0o600); err != nil {
-			t.Fatal(err)
-		}
+		certstest.WriteFile(t, tmp, b)
 		if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	cert, _ := x509.ParseCertificate(der)
-	return cert
+	return p.Cert
+}
+
+// TestTLSCertErrorsNameTheField: the data port's certificate comes from package certs, whose
+// errors name the configuration's fields.
+func TestTLSCertErrorsNameTheField(t *testing.T) {
+	dir := t.TempDir()
+	writeCert(t, dir, 1)
+	for field, files := range map[string][2]string{
+		"tls.certFile: open": {filepath.Join(dir, "missing.pem"), filepath.Join(dir, "key.pem")},
+		"tls.keyFile: open":  {filepath.Join(dir, "cert.pem"), filepath.Join(dir, "missing.pem")},
+	} {
+		cfg, err := config.Parse([]byte(proxyYAML("http://127.0.0.1:1", "  strategy: none", "tls: {certFile: "+files[0]+", keyFile: "+files[1]+"}")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s, err := New(cfg, Options{}); err == nil || !strings.Contains(err.Error(), field) {
+			if s != nil {
+				s.Close()
+			}
+			t.Errorf("New with %v: %v, want an error saying %q", files, err, field)
+		}
+	}
 }
 
 // TestTLSServesHTTP2ByALPNAndRotatesItsCertificate: with tls the data port speaks HTTP/2 to a
