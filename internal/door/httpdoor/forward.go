@@ -33,12 +33,9 @@ type exchange struct {
 	d    *Door
 	pass *gate.Pass
 	in   *http.Request
-	grpc bool // a gRPC call
 	w    idleWriter
 	url  url.URL
 	body heldBody
-	// idle is the client's body after admission, when it streams (followBody).
-	idle idleBody
 	// The values of the forwarding headers (X-Forwarded-For, -Host, -Proto, User-Agent): each
 	// header's one-element slice points into this array.
 	fwd   [4]string
@@ -46,6 +43,7 @@ type exchange struct {
 	// Informational answers (1xx) are passed on until the final one arrives.
 	mu    sync.Mutex
 	final bool
+	grpc  bool // a gRPC call
 	// A response body read in full before it is passed on (see hold).
 	held  *[]byte
 	heldN int
@@ -66,11 +64,19 @@ func (x *exchange) followBody(w http.ResponseWriter, readLimit time.Time) {
 	if _, whole := r.Body.(*bufferedBody); whole {
 		return
 	}
-	x.idle = idleBody{ReadCloser: r.Body, idle: x.d.bodyTimeout, limit: readLimit, pass: x.pass}
+	b := &idleBody{ReadCloser: r.Body, idle: x.d.bodyTimeout, limit: readLimit, pass: x.pass}
 	if rd, ok := w.(interface{ SetReadDeadline(time.Time) error }); ok && !x.pass.Streaming() {
-		x.idle.setDeadline = rd.SetReadDeadline
+		b.setDeadline = rd.SetReadDeadline
 	}
-	r.Body = &x.idle
+	r.Body = b
+}
+
+// bodyErr is the first error reading the client's body after admission, or nil.
+func (x *exchange) bodyErr() error {
+	if b, ok := x.in.Body.(*idleBody); ok {
+		return b.err()
+	}
+	return nil
 }
 
 // finish ends the exchange when ServeHTTP returns. A panic (http.ErrAbortHandler when the
@@ -82,7 +88,9 @@ func (x *exchange) finish() {
 		x.pass.Abort(x.in.Context().Err() != nil)
 	}
 	x.pass.Finish()
-	x.idle.end()
+	if b, ok := x.in.Body.(*idleBody); ok {
+		b.end()
+	}
 	if rec != nil {
 		panic(rec)
 	}
@@ -624,7 +632,7 @@ func (x *exchange) failed(ctx context.Context, err error) {
 		w.WriteHeader(http.StatusRequestTimeout)
 		return
 	}
-	bodyErr := x.idle.err()
+	bodyErr := x.bodyErr()
 	if answerMalformed(w, bodyErr, pass) {
 		return // a gRPC call whose client broke its framing
 	}
