@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/loadshed/loadshed/bench/k6summary"
 	"github.com/loadshed/loadshed/internal/config"
 )
@@ -45,22 +47,47 @@ func TestDeriveLimitsRejects(t *testing.T) {
 	}
 }
 
-// Every generated loadshed config must be accepted by the proxy's own config loader.
-func TestLoadshedConfigsParse(t *testing.T) {
+// TestEveryStrategyIsBenchmarked walks the strategy registry (internal/config): every strategy
+// the proxy accepts has its target "loadshed/NAME", whose generated config the proxy's own loader
+// accepts and which holds what the registry sizes for the bench's backend (so the bench knows no
+// strategy of its own), told the capacity exactly when the registry sizes it from the capacity.
+func TestEveryStrategyIsBenchmarked(t *testing.T) {
 	l := testLimits(t)
 	ep := endpoints{Listen: "127.0.0.1:18000", Admin: "127.0.0.1:19901", Backend: "127.0.0.1:18080", UpstreamURL: "http://127.0.0.1:18080"}
-	for i := range LoadshedStrategies {
-		s := &LoadshedStrategies[i]
-		t.Run(s.Name, func(t *testing.T) {
-			text := loadshedConfig(s, l, ep)
+	targets := map[string]Target{}
+	for _, tg := range AllTargets(l) {
+		targets[tg.Name] = tg
+	}
+	backend := config.Backend{Workers: 4, Service: 40 * time.Millisecond, SLO: 100 * time.Millisecond}
+	for _, k := range config.Kinds() {
+		t.Run(k.Name, func(t *testing.T) {
+			tg, ok := targets["loadshed/"+k.Name]
+			if !ok {
+				t.Fatalf("no target loadshed/%s", k.Name)
+			}
+			if tg.ToldCapacity != k.ToldCapacity() {
+				t.Errorf("told capacity %v, the registry says %v", tg.ToldCapacity, k.ToldCapacity())
+			}
+			text, err := loadshedConfig(tg.strategy, l, ep)
+			if err != nil {
+				t.Fatal(err)
+			}
 			c, err := config.Parse([]byte(text))
 			if err != nil {
 				t.Fatalf("config rejected:\n%s\n%v", text, err)
 			}
-			if c.Admission.Strategy != s.Name {
-				t.Fatalf("strategy %q, want %q", c.Admission.Strategy, s.Name)
+			got, _ := yaml.Marshal(c.Admission)
+			want, _ := yaml.Marshal(config.Sized(&k, backend))
+			if string(got) != string(want) {
+				t.Errorf("the bench runs\n%s\nthe registry sizes\n%s", got, want)
 			}
 		})
+	}
+	if got := targets["loadshed/bounded-queue"].Settings; got != "boundedQueue: {concurrency: 4, depth: 6, maxWait: 60ms}" {
+		t.Errorf("bounded-queue settings in the report: %q", got)
+	}
+	if got := targets["loadshed/chain"].Settings; got != "chain: [{tokenBucket: {rate: 90, burst: 4}}, {boundedQueue: {concurrency: 4, depth: 6, maxWait: 60ms}}]" {
+		t.Errorf("chain settings in the report: %q", got)
 	}
 }
 

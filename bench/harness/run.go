@@ -374,7 +374,11 @@ func checkStrategy(ctx context.Context, proxy string, t Target, l Limits, work s
 	}
 	ep := endpoints{Listen: "127.0.0.1:1", Admin: "127.0.0.1:2", Backend: "127.0.0.1:3", UpstreamURL: "http://127.0.0.1:3"}
 	path := filepath.Join(dir, strings.ReplaceAll(t.Name, "/", "-")+".yaml")
-	if err := os.WriteFile(path, []byte(loadshedConfig(t.strategy, l, ep)), 0o644); err != nil {
+	text, err := loadshedConfig(t.strategy, l, ep)
+	if err != nil {
+		return err.Error()
+	}
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		return err.Error()
 	}
 	out, err := exec.CommandContext(ctx, proxy, "--check-config", path).CombinedOutput()

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -142,15 +143,43 @@ func TestAdaptiveTargets(t *testing.T) {
 		t.Fatalf("adaptive targets %v", names)
 	}
 	for _, tg := range ts[1 : len(ts)-1] {
-		text := loadshedConfig(tg.strategy, l, testEP)
+		text, err := loadshedConfig(tg.strategy, l, testEP)
+		if err != nil {
+			t.Fatal(err)
+		}
 		c, err := config.Parse([]byte(text))
 		if err != nil {
 			t.Fatalf("%s: config rejected:\n%s\n%v", tg.Name, text, err)
 		}
-		alg := strings.TrimPrefix(tg.Name, "loadshed/adaptive-")
-		if c.Admission.Strategy != "adaptive" || !strings.Contains(text, "algorithm: "+alg+"}") {
-			t.Errorf("%s: config\n%s", tg.Name, text)
+		want := config.DefaultAdaptive()
+		want.Algorithm = strings.TrimPrefix(tg.Name, "loadshed/adaptive-")
+		if got := config.BlockOf[*config.Adaptive](&c.Admission); c.Admission.Strategy != "adaptive" || !reflect.DeepEqual(*got, want) {
+			t.Errorf("%s: config\n%s\nwant the defaults with algorithm %s", tg.Name, text, want.Algorithm)
 		}
+	}
+	// A variant's block is read by the config package: what it sets, over the defaults; a block
+	// it refuses leaves no config to run, with the reason naming the field.
+	vs := AdaptiveTargets(l, AdaptiveVariant{Name: "noqueue", Block: "{queue: {depth: 0, depthPerLimit: 0}}"},
+		AdaptiveVariant{Name: "typo", Block: "{queu: {depth: 0}}"})
+	noqueue, typo := vs[len(vs)-3], vs[len(vs)-2]
+	if noqueue.Name != "loadshed/adaptive~noqueue" || typo.Name != "loadshed/adaptive~typo" {
+		t.Fatalf("variant targets %s, %s", noqueue.Name, typo.Name)
+	}
+	text, err := loadshedConfig(noqueue.strategy, l, testEP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := config.Parse([]byte(text))
+	if err != nil {
+		t.Fatalf("noqueue: config rejected:\n%s\n%v", text, err)
+	}
+	defaultsNoQueue := config.DefaultAdaptive()
+	defaultsNoQueue.Queue.DepthPerLimit = 0
+	if got := config.BlockOf[*config.Adaptive](&c.Admission); !reflect.DeepEqual(*got, defaultsNoQueue) {
+		t.Errorf("noqueue: config\n%s\nwant the defaults without the queue", text)
+	}
+	if _, err := loadshedConfig(typo.strategy, l, testEP); err == nil || !strings.Contains(err.Error(), "queu") || !strings.Contains(err.Error(), "typo") {
+		t.Errorf("a variant with an unknown field: %v", err)
 	}
 	// The exact name selects the default only, not every algorithm it prefixes.
 	got, err := SelectTargets(ts, DefaultAdaptive+","+EnvoyAdaptive)

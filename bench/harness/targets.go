@@ -5,6 +5,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/loadshed/loadshed/internal/config"
 )
 
 // Kind is the family of a target.
@@ -20,38 +24,39 @@ const (
 	KindEnvoy    Kind = "envoy"
 )
 
-// Strategy is one loadshed admission strategy the harness runs. Block returns the YAML lines
-// that follow "strategy:" under "admission:" (indented by two spaces), from the shared limits.
+// Strategy is one loadshed admission strategy the harness runs. Admission returns its admission
+// block for the shared limits; the config file and the report's settings are that block
+// rendered (see loadshedConfig).
 type Strategy struct {
 	Name string
 	// ToldCapacity reports whether the block is given the backend's capacity.
 	ToldCapacity bool
-	Block        func(l Limits) string
+	Admission    func(l Limits) (config.Admission, error)
 }
 
-// LoadshedStrategies are the loadshed strategies the harness runs. Adding one is one line here;
-// a strategy the proxy binary does not accept (proxy --check-config fails) is reported as
-// skipped.
-var LoadshedStrategies = []Strategy{
-	{"none", false, func(Limits) string { return "" }},
-	{"inflight", true, func(l Limits) string { return fmt.Sprintf("  inflight: {limit: %d}\n", l.InFlight) }},
-	{"bounded-queue", true, func(l Limits) string {
-		return fmt.Sprintf("  boundedQueue: {concurrency: %d, depth: %d, maxWait: %s}\n", l.InFlight, l.Queue, l.MaxWait)
-	}},
-	{"token-bucket", true, func(l Limits) string {
-		return fmt.Sprintf("  tokenBucket: {rate: %g, burst: %d}\n", l.CapacityRPS, l.Queue)
-	}},
-	{"leaky-bucket", true, func(l Limits) string {
-		return fmt.Sprintf("  leakyBucket: {rate: %g, depth: %d}\n", l.CapacityRPS, l.Queue)
-	}},
-	{"chain", true, func(l Limits) string {
-		return fmt.Sprintf("  chain:\n    - tokenBucket: {rate: %g, burst: %d}\n    - boundedQueue: {concurrency: %d, depth: %d, maxWait: %s}\n",
-			l.CapacityRPS, l.Queue, l.InFlight, l.Queue, l.MaxWait)
-	}},
-	// Adaptive is told nothing about the backend: its defaults find the limit from latency.
-	{"adaptive", false, func(Limits) string { return "" }},
-	// CoDel in front of the adaptive limit (its default): told nothing either.
-	{"codel", false, func(Limits) string { return "" }},
+// LoadshedStrategies are the loadshed strategies the harness runs: every strategy of the
+// registry (internal/config), in its order, each sized for the shared limits by the registry
+// itself (config.Sized), so the bench knows no strategy of its own and a strategy added to the
+// registry is run at once. A strategy the proxy binary does not accept (proxy --check-config
+// fails) is reported as skipped.
+var LoadshedStrategies = func() []Strategy {
+	var out []Strategy
+	for _, k := range config.Kinds() {
+		out = append(out, Strategy{Name: k.Name, ToldCapacity: k.ToldCapacity(),
+			Admission: func(l Limits) (config.Admission, error) { return config.Sized(&k, l.backend()), nil }})
+	}
+	return out
+}()
+
+// backend is what the registry sizes a strategy from: the backend's workers (L = C*S = W), its
+// service time and the SLO.
+func (l Limits) backend() config.Backend {
+	return config.Backend{Workers: l.InFlight, Service: l.Service, SLO: l.SLO}
+}
+
+// adaptiveStrategy is the adaptive strategy with the admission block a.
+func adaptiveStrategy(a func() (config.Admission, error)) *Strategy {
+	return &Strategy{Name: config.StrategyAdaptive, Admission: func(Limits) (config.Admission, error) { return a() }}
 }
 
 // Target is one thing k6 sends load to.
@@ -77,9 +82,14 @@ func AllTargets(l Limits) []Target {
 	var ts []Target
 	for i := range LoadshedStrategies {
 		s := &LoadshedStrategies[i]
-		settings := strings.Join(strings.Fields(strings.ReplaceAll(s.Block(l), "\n", " ")), " ")
+		settings := ""
+		if a, err := s.Admission(l); err != nil {
+			settings = "invalid: " + err.Error()
+		} else if settings, err = settingsOf(a); err != nil {
+			settings = "invalid: " + err.Error()
+		}
 		switch {
-		case s.Name == "none":
+		case s.Name == config.StrategyNone:
 			settings = "no admission (proxy overhead only)"
 		case settings == "":
 			settings = "strategy " + s.Name + " with its defaults (nothing about the backend)"
@@ -127,14 +137,22 @@ func AdaptiveTargets(l Limits, variants ...AdaptiveVariant) []Target {
 		}
 	}
 	for _, alg := range AdaptiveAlgorithms {
-		block := fmt.Sprintf("  adaptive: {algorithm: %s}\n", alg)
-		s := &Strategy{Name: "adaptive", Block: func(Limits) string { return block }}
+		b := config.DefaultAdaptive()
+		b.Algorithm = alg
+		s := adaptiveStrategy(func() (config.Admission, error) { return config.Use(&b), nil })
 		ts = append(ts, Target{Name: "loadshed/adaptive-" + alg, Kind: KindLoadshed, strategy: s,
 			Settings: "strategy adaptive, algorithm " + alg + ", its defaults otherwise"})
 	}
 	for _, v := range variants {
-		block := fmt.Sprintf("  adaptive: %s\n", v.Block)
-		s := &Strategy{Name: "adaptive", Block: func(Limits) string { return block }}
+		// The block is the user's YAML: the config package reads it (strictly), and a block it
+		// refuses leaves the target skipped, named with the reason (checkStrategy).
+		s := adaptiveStrategy(func() (config.Admission, error) {
+			a, err := config.ParseAdmission([]byte("strategy: adaptive\nadaptive: " + v.Block + "\n"))
+			if err != nil {
+				return config.Admission{}, fmt.Errorf("adaptive variant %s: %w", v.Name, err)
+			}
+			return *a, nil
+		})
 		ts = append(ts, Target{Name: "loadshed/adaptive~" + v.Name, Kind: KindLoadshed, strategy: s,
 			Settings: "strategy adaptive, " + v.Block})
 	}
@@ -240,7 +258,11 @@ func (t Target) prepare(dir string, bins Binaries, l Limits, ep endpoints) (laun
 			URL: "http://" + ep.Listen + "/"}, nil
 	case KindLoadshed:
 		path := filepath.Join(dir, "loadshed.yaml")
-		if err := os.WriteFile(path, []byte(loadshedConfig(t.strategy, l, ep)), 0o644); err != nil {
+		text, err := loadshedConfig(t.strategy, l, ep)
+		if err != nil {
+			return launch{}, err
+		}
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 			return launch{}, err
 		}
 		return launch{Path: bins.Proxy, Args: []string{"--config", path}, URL: "http://" + ep.Listen + "/",
@@ -289,12 +311,43 @@ func (t Target) prepare(dir string, bins Binaries, l Limits, ep endpoints) (laun
 	return launch{}, fmt.Errorf("target %s: unknown kind %q", t.Name, t.Kind)
 }
 
-// loadshedConfig is the proxy config for one strategy (see the config reference in the README).
-func loadshedConfig(s *Strategy, l Limits, ep endpoints) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "listen: %q\nupstream: %q\nadminListen: %q\nupstreamTimeout: 30s\n", ep.Listen, ep.UpstreamURL, ep.Admin)
-	fmt.Fprintf(&b, "admission:\n  strategy: %s\n%s", s.Name, s.Block(l))
-	return b.String()
+// loadshedConfig is the proxy config for one strategy (see the config reference in the README):
+// the addresses, then the strategy's admission block as the config package writes it.
+func loadshedConfig(s *Strategy, l Limits, ep endpoints) (string, error) {
+	a, err := s.Admission(l)
+	if err != nil {
+		return "", err
+	}
+	block, err := yaml.Marshal(struct {
+		Admission config.Admission `yaml:"admission"`
+	}{a})
+	if err != nil {
+		return "", fmt.Errorf("loadshed/%s: admission block: %w", s.Name, err)
+	}
+	return fmt.Sprintf("listen: %q\nupstream: %q\nadminListen: %q\nupstreamTimeout: 30s\n", ep.Listen, ep.UpstreamURL, ep.Admin) + string(block), nil
+}
+
+// settingsOf is an admission block's settings for the report: every key but the strategy, each
+// on one line in the config file's flow style ("boundedQueue: {concurrency: 4, depth: 6, maxWait:
+// 60ms}"); "" when the block holds nothing but its strategy.
+func settingsOf(a config.Admission) (string, error) {
+	var n yaml.Node
+	if err := n.Encode(a); err != nil {
+		return "", err
+	}
+	var parts []string
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == "strategy" {
+			continue
+		}
+		n.Content[i+1].Style |= yaml.FlowStyle
+		out, err := yaml.Marshal(&yaml.Node{Kind: yaml.MappingNode, Content: n.Content[i : i+2]})
+		if err != nil {
+			return "", err
+		}
+		parts = append(parts, strings.TrimSpace(string(out)))
+	}
+	return strings.Join(parts, ", "), nil
 }
 
 // nginxHead is the start of every generated nginx config, up to inside the http block: one

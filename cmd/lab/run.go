@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/loadshed/loadshed/internal/cli"
+	"github.com/loadshed/loadshed/internal/config"
 	"github.com/loadshed/loadshed/internal/lab"
 	"github.com/loadshed/loadshed/internal/version"
 )
@@ -155,8 +156,17 @@ func report(dir, title string, results []lab.Named, extended, noCharts bool, std
 }
 
 // scenarioSized are the strategies run and sweep show when none is given, each sized for the
-// scenario's backend: the ones an operator configures from the backend's capacity, and none.
-var scenarioSized = []string{"none", "token-bucket", "leaky-bucket", "bounded-queue", "inflight"}
+// scenario's backend: none, and the ones an operator configures from the backend's capacity
+// (the registry's kinds told the capacity, in its order; not the chain, a composition of them).
+var scenarioSized = func() []string {
+	out := []string{config.StrategyNone}
+	for _, k := range config.Kinds() {
+		if k.ToldCapacity() && k.Name != config.StrategyChain {
+			out = append(out, k.Name)
+		}
+	}
+	return out
+}()
 
 // scenarioFlags are the workload and backend flags shared by run, sweep and compare.
 type scenarioFlags struct {

@@ -192,3 +192,20 @@ func TestVersion(t *testing.T) {
 		t.Errorf("--version: %q, %v", out, err)
 	}
 }
+
+// TestDefaultStrategiesAreDocumented: without --strategy, run and sweep show none and the
+// registry's strategies sized from the backend's capacity; docs/lab.md names the same list.
+func TestDefaultStrategiesAreDocumented(t *testing.T) {
+	if len(scenarioSized) < 2 || scenarioSized[0] != "none" {
+		t.Fatalf("default strategies %v, want none first and the sized ones after it", scenarioSized)
+	}
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "lab.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := len(scenarioSized) - 1
+	want := "Without `--strategy` the lab runs " + strings.Join(scenarioSized[:last], ", ") + " and " + scenarioSized[last] + " sized"
+	if !strings.Contains(strings.Join(strings.Fields(string(doc)), " "), want) {
+		t.Errorf("docs/lab.md does not say %q", want)
+	}
+}

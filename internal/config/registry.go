@@ -185,6 +185,10 @@ func Sized(k *Kind, b Backend) Admission {
 	return k.size(b)
 }
 
+// ToldCapacity reports whether Sized tells the strategy the backend's capacity: false for the
+// strategies that get their defaults (none, adaptive, codel).
+func (k *Kind) ToldCapacity() bool { return k.size != nil }
+
 func sizedRate(b Backend) float64 { return 0.9 * b.Capacity() }
 
 func sizedQueue(b Backend) *BoundedQueue {

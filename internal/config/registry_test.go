@@ -34,3 +34,20 @@ func TestSizedByLittlesLaw(t *testing.T) {
 		t.Errorf("token bucket sized %+v, want 360/s burst 8", tb)
 	}
 }
+
+// TestToldCapacityIsWhatSizedWrites: a kind is told the backend's capacity exactly when Sized
+// writes it settings (the bench marks its targets by it).
+func TestToldCapacityIsWhatSizedWrites(t *testing.T) {
+	b := Backend{Workers: 8, Service: 20 * time.Millisecond, SLO: 100 * time.Millisecond}
+	for _, k := range Kinds() {
+		a := Sized(&k, b)
+		if wrote := len(a.blocks) > 0 || len(a.Chain) > 0; k.ToldCapacity() != wrote {
+			t.Errorf("%s: ToldCapacity() = %v, but Sized wrote settings: %v", k.Name, k.ToldCapacity(), wrote)
+		}
+	}
+	for _, name := range []string{StrategyNone, StrategyAdaptive, StrategyCoDel} {
+		if kindNamed(name).ToldCapacity() {
+			t.Errorf("%s is told the capacity; it finds its limit (or has none) by itself", name)
+		}
+	}
+}

@@ -61,9 +61,9 @@ func BackpressureCases() []Case {
 		return st
 	}
 	return []Case{
-		{row("token-bucket", &config.TokenBucket{Rate: 100, Burst: 100}), sc(backpressureService)},
-		{row("bounded-queue", &config.BoundedQueue{Concurrency: 1, Depth: 49, MaxWait: config.Duration(50 * backpressureService)}), sc(backpressureService)},
-		{row("leaky-bucket", &config.LeakyBucket{Rate: 100, Depth: 25}), sc(backpressureService)},
+		{row(config.StrategyTokenBucket, &config.TokenBucket{Rate: 100, Burst: 100}), sc(backpressureService)},
+		{row(config.StrategyBoundedQueue, &config.BoundedQueue{Concurrency: 1, Depth: 49, MaxWait: config.Duration(50 * backpressureService)}), sc(backpressureService)},
+		{row(config.StrategyLeakyBucket, &config.LeakyBucket{Rate: 100, Depth: 25}), sc(backpressureService)},
 		{row("load-shedder", &config.Inflight{Limit: 5}), sc(5 * backpressureService)},
 		{row("rate-limiter", &config.TokenBucket{Rate: 100, Burst: 1}), sc(backpressureService)},
 	}

@@ -17,7 +17,8 @@ func (c Capacity) RPS() float64 { return float64(c.Workers) / c.Service.Seconds(
 
 // Policies returns, for each strategy of the registry, its admission block sized for the
 // capacity and SLO the way an operator who knows the backend would configure it (config.Sized:
-// Little's law, rates at 90% of capacity); "adaptive" and "codel" are told nothing.
+// Little's law, rates at 90% of capacity); the strategies that find their limit by themselves
+// are told nothing (config.Kind.ToldCapacity).
 func Policies(c Capacity, slo time.Duration) map[string]config.Admission {
 	b := config.Backend{Workers: c.Workers, Service: c.Service, SLO: slo}
 	out := map[string]config.Admission{}

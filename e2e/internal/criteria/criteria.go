@@ -10,7 +10,9 @@ import (
 	"github.com/loadshed/loadshed/bench/k6summary"
 )
 
-// The strategies the e2e installs, in the order it runs them.
+// The strategies the e2e installs, in the order it runs them: the ones its rows judge, not every
+// strategy of the registry (internal/config), which this module does not import (e2e/go.mod
+// keeps the sidecar's dependencies out); the chart rejects a name the registry does not know.
 const (
 	None         = "none"
 	TokenBucket  = "token-bucket"
