@@ -20,6 +20,7 @@ import (
 
 	"github.com/loadshed/loadshed/internal/config"
 	"github.com/loadshed/loadshed/internal/gate"
+	"github.com/loadshed/loadshed/internal/testwait"
 	"github.com/loadshed/loadshed/pkg/admission/admissiontest"
 )
 
@@ -235,18 +236,6 @@ func header(t *testing.T, mut *extprocv3.HeaderMutation, name string) string {
 func (e *env) inFlight() int64 { return e.g.Policies()[0].Stats().InFlight }
 func (e *env) queued() int     { return e.g.Policies()[0].Stats().QueuedRequests }
 
-// waitFor waits (at most 5 s) for a condition another goroutine brings about.
-func (e *env) waitFor(what string, cond func() bool) {
-	e.t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			e.t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // histogram returns the sample count and sum of a histogram (all series).
 func (e *env) histogram(name string) (n uint64, sum float64) {
 	mfs, _ := e.reg.Gather()
@@ -374,7 +363,7 @@ func TestQueuedAnsweredInTime(t *testing.T) {
 
 	f := e.open()
 	f.send(requestHeaders("192.0.2.8:4321"))
-	e.waitFor("the queued request's timers", func() bool { return e.queued() == 1 && e.clk.Pending() == queuedTimers })
+	testwait.Until(t, 5*time.Second, "the queued request's timers", func() bool { return e.queued() == 1 && e.clk.Pending() == queuedTimers })
 	e.clk.Advance(149 * time.Millisecond)
 	select {
 	case m := <-f.out:
@@ -407,7 +396,7 @@ func TestQueuedAsksForMoreTime(t *testing.T) {
 	if ov.GetResponse() != nil || ov.GetOverrideMessageTimeout().AsDuration() != 1060*time.Millisecond {
 		t.Fatalf("want a lone override of 1.06s (1s wait, its margin, 10ms), got %v", ov)
 	}
-	e.waitFor("the queued request's timers", func() bool { return e.queued() == 1 && e.clk.Pending() == queuedTimers })
+	testwait.Until(t, 5*time.Second, "the queued request's timers", func() bool { return e.queued() == 1 && e.clk.Pending() == queuedTimers })
 	e.clk.Advance(500 * time.Millisecond) // past Envoy's first 200ms: the override holds it
 	hold.send(responseHeaders(":status", "200"))
 	hold.next(t)
@@ -431,7 +420,7 @@ func TestAnswerDueBeforeEnvoysTimer(t *testing.T) {
 
 	f := e.open()
 	f.send(requestHeaders("192.0.2.8:4321"))
-	e.waitFor("the queued request's timers", func() bool { return e.queued() == 1 && e.clk.Pending() == queuedTimers })
+	testwait.Until(t, 5*time.Second, "the queued request's timers", func() bool { return e.queued() == 1 && e.clk.Pending() == queuedTimers })
 	due := 200*time.Millisecond - config.AnswerMargin(200*time.Millisecond)
 	e.clk.Advance(due - time.Millisecond)
 	select {
@@ -464,7 +453,7 @@ func TestClientLeavesWhileQueued(t *testing.T) {
 	continued(t, hold.next(t))
 	f := e.open()
 	f.send(requestHeaders("192.0.2.8:4321"))
-	e.waitFor("the request queued", func() bool { return e.queued() == 1 })
+	testwait.Until(t, 5*time.Second, "the request queued", func() bool { return e.queued() == 1 })
 	f.reset(t)
 	if e.queued() != 0 || e.inFlight() != 1 {
 		t.Errorf("queued %d, in flight %d: want 0 and the first one only", e.queued(), e.inFlight())
@@ -539,7 +528,7 @@ func TestHungUpstreamWithoutRouteTimeout(t *testing.T) {
 	f := e.open()
 	f.send(requestHeaders("192.0.2.7:4321"))
 	continued(t, f.next(t))
-	e.waitFor("the upstream timer", func() bool { return e.clk.Pending() == 1 })
+	testwait.Until(t, 5*time.Second, "the upstream timer", func() bool { return e.clk.Pending() == 1 })
 	e.clk.Advance(2 * time.Second)
 	if e.inFlight() != 0 {
 		t.Errorf("in flight %d after upstreamTimeout, want 0", e.inFlight())
@@ -662,7 +651,7 @@ func TestGRPCLongCallTakenForAStream(t *testing.T) {
 	f := e.open()
 	f.send(grpcHeaders("192.0.2.7:4321"))
 	continued(t, f.next(t))
-	e.waitFor("the stream timer", func() bool { return e.clk.Pending() == 1 })
+	testwait.Until(t, 5*time.Second, "the stream timer", func() bool { return e.clk.Pending() == 1 })
 	e.clk.Advance(time.Second)
 	if e.inFlight() != 0 {
 		t.Errorf("in flight %d after streamAfter", e.inFlight())
