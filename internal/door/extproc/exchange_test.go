@@ -311,12 +311,7 @@ func TestAdmittedReleasedAtResponseHeaders(t *testing.T) {
 // pushback in milliseconds and the reason as its message.
 func TestRefusalIsALocalReply(t *testing.T) {
 	e := newEnv(t, "admission: {strategy: inflight, inflight: {limit: 1}}\n")
-	hold := e.open()
-	hold.send(requestHeaders("192.0.2.7:4321"))
-	continued(t, hold.next(t))
-
-	f := e.open()
-	f.send(requestHeaders("192.0.2.8:4321"))
+	_, f := e.holdOneSendNext(t, "192.0.2.8:4321")
 	ir := immediate(t, f.next(t))
 	if ir.GetStatus().GetCode() != 503 || ir.GetGrpcStatus() != nil {
 		t.Errorf("status %v grpc %v, want 503 and no grpc-status", ir.GetStatus(), ir.GetGrpcStatus())
@@ -352,18 +347,32 @@ func TestRefusalIsALocalReply(t *testing.T) {
 // upstreamTimeout, the queue's expiry and the second's answer deadline.
 const queuedTimers = 3
 
+// holdOneSendNext admits a first request (from 192.0.2.7) and leaves its stream open, so that it
+// holds its permit until the test sends its response headers; then it sends the headers of a
+// second request from source on a stream of its own, to queue or be refused behind the first.
+func (e *env) holdOneSendNext(t *testing.T, source string) (hold, next *fakeStream) {
+	t.Helper()
+	hold = e.open()
+	hold.send(requestHeaders("192.0.2.7:4321"))
+	continued(t, hold.next(t))
+	next = e.open()
+	next.send(requestHeaders(source))
+	return hold, next
+}
+
+// waitQueuedTimers waits until the second request is queued and its timers are armed.
+func (e *env) waitQueuedTimers(t *testing.T) {
+	t.Helper()
+	testwait.Until(t, 5*time.Second, "the queued request's timers", func() bool { return e.queued() == 1 && e.clk.Pending() == queuedTimers })
+}
+
 // TestQueuedAnsweredInTime: a request that waits in a queue whose maxWait fits Envoy's message
 // timeout holds its answer without asking for more time, and is refused with 503 and
 // Retry-After at maxWait, before Envoy's timer.
 func TestQueuedAnsweredInTime(t *testing.T) {
 	e := newEnv(t, "admission: {strategy: bounded-queue, boundedQueue: {concurrency: 1, depth: 2, maxWait: 150ms}}\n")
-	hold := e.open()
-	hold.send(requestHeaders("192.0.2.7:4321"))
-	continued(t, hold.next(t))
-
-	f := e.open()
-	f.send(requestHeaders("192.0.2.8:4321"))
-	testwait.Until(t, 5*time.Second, "the queued request's timers", func() bool { return e.queued() == 1 && e.clk.Pending() == queuedTimers })
+	_, f := e.holdOneSendNext(t, "192.0.2.8:4321")
+	e.waitQueuedTimers(t)
 	e.clk.Advance(149 * time.Millisecond)
 	select {
 	case m := <-f.out:
@@ -386,17 +395,12 @@ func TestQueuedAnsweredInTime(t *testing.T) {
 func TestQueuedAsksForMoreTime(t *testing.T) {
 	e := newEnv(t, "extProc: {listen: 127.0.0.1:9002, maxMessageTimeout: 2s}\n"+
 		"admission: {strategy: bounded-queue, boundedQueue: {concurrency: 1, depth: 2, maxWait: 1s}}\n")
-	hold := e.open()
-	hold.send(requestHeaders("192.0.2.7:4321"))
-	continued(t, hold.next(t))
-
-	f := e.open()
-	f.send(requestHeaders("192.0.2.8:4321"))
+	hold, f := e.holdOneSendNext(t, "192.0.2.8:4321")
 	ov := f.next(t)
 	if ov.GetResponse() != nil || ov.GetOverrideMessageTimeout().AsDuration() != 1060*time.Millisecond {
 		t.Fatalf("want a lone override of 1.06s (1s wait, its margin, 10ms), got %v", ov)
 	}
-	testwait.Until(t, 5*time.Second, "the queued request's timers", func() bool { return e.queued() == 1 && e.clk.Pending() == queuedTimers })
+	e.waitQueuedTimers(t)
 	e.clk.Advance(500 * time.Millisecond) // past Envoy's first 200ms: the override holds it
 	hold.send(responseHeaders(":status", "200"))
 	hold.next(t)
@@ -414,13 +418,8 @@ func TestQueuedAsksForMoreTime(t *testing.T) {
 // as a queue timeout AnswerMargin before Envoy's message timeout, never left to Envoy's 504.
 func TestAnswerDueBeforeEnvoysTimer(t *testing.T) {
 	e := newEnv(t, "admission: {strategy: bounded-queue, boundedQueue: {concurrency: 1, depth: 2, maxWait: 5s}}\n")
-	hold := e.open()
-	hold.send(requestHeaders("192.0.2.7:4321"))
-	continued(t, hold.next(t))
-
-	f := e.open()
-	f.send(requestHeaders("192.0.2.8:4321"))
-	testwait.Until(t, 5*time.Second, "the queued request's timers", func() bool { return e.queued() == 1 && e.clk.Pending() == queuedTimers })
+	_, f := e.holdOneSendNext(t, "192.0.2.8:4321")
+	e.waitQueuedTimers(t)
 	due := 200*time.Millisecond - config.AnswerMargin(200*time.Millisecond)
 	e.clk.Advance(due - time.Millisecond)
 	select {
@@ -448,11 +447,7 @@ func TestAnswerDueBeforeEnvoysTimer(t *testing.T) {
 // its place in the queue is freed, it is counted as canceled, and it never reaches the upstream.
 func TestClientLeavesWhileQueued(t *testing.T) {
 	e := newEnv(t, "admission: {strategy: bounded-queue, boundedQueue: {concurrency: 1, depth: 2, maxWait: 150ms}}\n")
-	hold := e.open()
-	hold.send(requestHeaders("192.0.2.7:4321"))
-	continued(t, hold.next(t))
-	f := e.open()
-	f.send(requestHeaders("192.0.2.8:4321"))
+	_, f := e.holdOneSendNext(t, "192.0.2.8:4321")
 	testwait.Until(t, 5*time.Second, "the request queued", func() bool { return e.queued() == 1 })
 	f.reset(t)
 	if e.queued() != 0 || e.inFlight() != 1 {
@@ -733,11 +728,7 @@ func TestMisconfiguredFilter(t *testing.T) {
 // a standard one.
 func TestUnknownStatusCode(t *testing.T) {
 	e := newEnv(t, "statusCodes: {concurrencyLimit: 599}\nadmission: {strategy: inflight, inflight: {limit: 1}}\n")
-	hold := e.open()
-	hold.send(requestHeaders("192.0.2.7:4321"))
-	continued(t, hold.next(t))
-	f := e.open()
-	f.send(requestHeaders("192.0.2.7:4321"))
+	_, f := e.holdOneSendNext(t, "192.0.2.7:4321")
 	if ir := immediate(t, f.next(t)); ir.GetStatus().GetCode() != 503 {
 		t.Errorf("status %v, want 503 for 599", ir.GetStatus().GetCode())
 	}
