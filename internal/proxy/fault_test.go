@@ -212,6 +212,23 @@ func TestFaultHungUpstreamDoesNotBuildAQueue(t *testing.T) {
 	}
 }
 
+// getEach sends n GETs of url with ctx, each from a goroutine of its own; errs receives each
+// client's error (nil for an answer, whose body it closes).
+func getEach(ctx context.Context, url string, n int) (errs <-chan error) {
+	c := make(chan error, n)
+	for range n {
+		go func() {
+			req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
+			res, err := http.DefaultClient.Do(req)
+			if err == nil {
+				res.Body.Close()
+			}
+			c <- err
+		}()
+	}
+	return c
+}
+
 // TestFaultClientsLeaveTheQueue: six clients give up while queued. They leave the queue at once,
 // cost no upstream call, count as canceled, and the permit of the one admitted request is still
 // released exactly once.
@@ -225,17 +242,7 @@ func TestFaultClientsLeaveTheQueue(t *testing.T) {
 	}()
 	testwait.Until(t, 5*time.Second, "the first request upstream", func() bool { return g.waiting.Load() == 1 })
 	ctx, cancel := context.WithCancel(context.Background())
-	errs := make(chan error, 6)
-	for range 6 {
-		go func() {
-			req, _ := http.NewRequestWithContext(ctx, "GET", h.front.URL+"/", nil)
-			res, err := http.DefaultClient.Do(req)
-			if err == nil {
-				res.Body.Close()
-			}
-			errs <- err
-		}()
-	}
+	errs := getEach(ctx, h.front.URL+"/", 6)
 	testwait.Until(t, 5*time.Second, "six requests to queue", func() bool { return h.srv.StageStates()[0].QueueDepth == 6 })
 	cancel()
 	for range 6 {
@@ -270,17 +277,7 @@ func TestFaultClientsLeaveWhileTheUpstreamWorks(t *testing.T) {
 	before := h.srv.StageStates()[0].Limit
 	for round := range 3 {
 		ctx, cancel := context.WithCancel(context.Background())
-		errs := make(chan error, 5)
-		for range 5 {
-			go func() {
-				req, _ := http.NewRequestWithContext(ctx, "GET", h.front.URL+"/?wait=1", nil)
-				res, err := http.DefaultClient.Do(req)
-				if err == nil {
-					res.Body.Close()
-				}
-				errs <- err
-			}()
-		}
+		errs := getEach(ctx, h.front.URL+"/?wait=1", 5)
 		testwait.Until(t, 5*time.Second, "five requests at the upstream", func() bool { return g.waiting.Load() == 5 })
 		cancel()
 		for range 5 {
