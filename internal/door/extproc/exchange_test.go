@@ -347,14 +347,22 @@ func TestRefusalIsALocalReply(t *testing.T) {
 // upstreamTimeout, the queue's expiry and the second's answer deadline.
 const queuedTimers = 3
 
+// admitted opens a stream, sends Envoy's first message m and asserts that the door lets the
+// request through (CONTINUE): its permit is held until the test goes on.
+func (e *env) admitted(t *testing.T, m *extprocv3.ProcessingRequest) *fakeStream {
+	t.Helper()
+	f := e.open()
+	f.send(m)
+	continued(t, f.next(t))
+	return f
+}
+
 // holdOneSendNext admits a first request (from 192.0.2.7) and leaves its stream open, so that it
 // holds its permit until the test sends its response headers; then it sends the headers of a
 // second request from source on a stream of its own, to queue or be refused behind the first.
 func (e *env) holdOneSendNext(t *testing.T, source string) (hold, next *fakeStream) {
 	t.Helper()
-	hold = e.open()
-	hold.send(requestHeaders("192.0.2.7:4321"))
-	continued(t, hold.next(t))
+	hold = e.admitted(t, requestHeaders("192.0.2.7:4321"))
 	next = e.open()
 	next.send(requestHeaders(source))
 	return hold, next
@@ -469,9 +477,7 @@ func TestClientLeavesWhileQueued(t *testing.T) {
 func TestEarlyCloseReleases(t *testing.T) {
 	e := newEnv(t, "admission: {strategy: adaptive, adaptive: {initialLimit: 4}}\n")
 	for _, how := range []string{"reset", "eof"} {
-		f := e.open()
-		f.send(requestHeaders("192.0.2.7:4321"))
-		continued(t, f.next(t))
+		f := e.admitted(t, requestHeaders("192.0.2.7:4321"))
 		if e.inFlight() != 1 {
 			t.Fatalf("%s: in flight %d, want 1", how, e.inFlight())
 		}
@@ -501,9 +507,7 @@ func TestEarlyCloseReleases(t *testing.T) {
 func TestUpstreamFailureIsAnOutcome(t *testing.T) {
 	e := newEnv(t, "admission: {strategy: inflight, inflight: {limit: 4}}\n")
 	for _, code := range []string{"503", "504"} {
-		f := e.open()
-		f.send(requestHeaders("192.0.2.7:4321"))
-		continued(t, f.next(t))
+		f := e.admitted(t, requestHeaders("192.0.2.7:4321"))
 		f.send(responseHeaders(":status", code, "content-type", "text/plain"))
 		f.next(t)
 		f.reset(t)
@@ -520,9 +524,7 @@ func TestUpstreamFailureIsAnOutcome(t *testing.T) {
 // upstreamTimeout gives its permit back as dropped, though its stream goes on.
 func TestHungUpstreamWithoutRouteTimeout(t *testing.T) {
 	e := newEnv(t, "upstreamTimeout: 2s\nadmission: {strategy: inflight, inflight: {limit: 1}}\n")
-	f := e.open()
-	f.send(requestHeaders("192.0.2.7:4321"))
-	continued(t, f.next(t))
+	f := e.admitted(t, requestHeaders("192.0.2.7:4321"))
 	testwait.Until(t, 5*time.Second, "the upstream timer", func() bool { return e.clk.Pending() == 1 })
 	e.clk.Advance(2 * time.Second)
 	if e.inFlight() != 0 {
@@ -567,9 +569,7 @@ func TestGRPCCallEndsAtTrailers(t *testing.T) {
 	}
 
 	// A trailers-only answer (Envoy's local reply to a gRPC call is one) ends at its headers.
-	f = e.open()
-	f.send(grpcHeaders("192.0.2.7:4321"))
-	continued(t, f.next(t))
+	f = e.admitted(t, grpcHeaders("192.0.2.7:4321"))
 	f.send(responseHeaders(":status", "200", "content-type", "application/grpc", "grpc-status", "0"))
 	f.next(t)
 	if e.inFlight() != 0 {
@@ -579,9 +579,7 @@ func TestGRPCCallEndsAtTrailers(t *testing.T) {
 
 	// Without trailers (an Envoy that does not allow mode overrides), the call is read at its
 	// headers.
-	f = e.open()
-	f.send(grpcHeaders("192.0.2.7:4321"))
-	continued(t, f.next(t))
+	f = e.admitted(t, grpcHeaders("192.0.2.7:4321"))
 	f.send(responseHeaders(":status", "200", "content-type", "application/grpc"))
 	f.next(t)
 	f.reset(t)
@@ -602,9 +600,7 @@ func TestGRPCStatusClassifiedAsByTheHTTPDoor(t *testing.T) {
 	e := newEnv(t, "admission: {strategy: adaptive, adaptive: {initialLimit: 20, minLimit: 1, maxLimit: 20, slowStart: 0s, window: 1ms}}\n")
 	limit := func() float64 { return e.g.StageStates()[0].Limit }
 	end := func(trailersOnly bool, kv ...string) {
-		f := e.open()
-		f.send(grpcHeaders("192.0.2.7:4321"))
-		continued(t, f.next(t))
+		f := e.admitted(t, grpcHeaders("192.0.2.7:4321"))
 		e.clk.Advance(2 * time.Millisecond)
 		if trailersOnly {
 			f.send(responseHeaders(append([]string{":status", "200", "content-type", "application/grpc"}, kv...)...))
@@ -643,9 +639,7 @@ func TestGRPCStatusClassifiedAsByTheHTTPDoor(t *testing.T) {
 // back.
 func TestGRPCLongCallTakenForAStream(t *testing.T) {
 	e := newEnv(t, "grpc: {streamAfter: 1s}\nadmission: {strategy: inflight, inflight: {limit: 4}}\n")
-	f := e.open()
-	f.send(grpcHeaders("192.0.2.7:4321"))
-	continued(t, f.next(t))
+	e.admitted(t, grpcHeaders("192.0.2.7:4321")) // the call stays open
 	testwait.Until(t, 5*time.Second, "the stream timer", func() bool { return e.clk.Pending() == 1 })
 	e.clk.Advance(time.Second)
 	if e.inFlight() != 0 {
