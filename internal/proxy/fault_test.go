@@ -235,12 +235,7 @@ func getEach(ctx context.Context, url string, n int) (errs <-chan error) {
 func TestFaultClientsLeaveTheQueue(t *testing.T) {
 	g := newValve()
 	h := start(t, g, "  strategy: bounded-queue\n  boundedQueue: {concurrency: 1, depth: 8, maxWait: 1m}")
-	first := make(chan int)
-	go func() {
-		res, _ := get(t, h.front.URL+"/?wait=1")
-		first <- res.StatusCode
-	}()
-	testwait.Until(t, 5*time.Second, "the first request upstream", func() bool { return g.waiting.Load() == 1 })
+	first := holdOne(t, h, g)
 	ctx, cancel := context.WithCancel(context.Background())
 	errs := getEach(ctx, h.front.URL+"/", 6)
 	testwait.Until(t, 5*time.Second, "six requests to queue", func() bool { return h.srv.StageStates()[0].QueueDepth == 6 })

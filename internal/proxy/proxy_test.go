@@ -103,15 +103,23 @@ func get(t *testing.T, url string, hdr ...string) (*http.Response, string) {
 	return res, string(b)
 }
 
-func TestInflightShedsWith503AndRetryAfter(t *testing.T) {
-	g := newValve()
-	h := start(t, g, "  strategy: inflight\n  inflight: {limit: 1}")
-	done := make(chan int)
+// holdOne sends a request that g holds upstream until g.release is closed, and returns once the
+// upstream has it; the channel receives its status when it ends.
+func holdOne(t *testing.T, h *harness, g *valve) <-chan int {
+	t.Helper()
+	done := make(chan int, 1)
 	go func() {
 		res, _ := get(t, h.front.URL+"/?wait=1")
 		done <- res.StatusCode
 	}()
 	testwait.Until(t, 5*time.Second, "the first request to reach the upstream", func() bool { return g.waiting.Load() == 1 })
+	return done
+}
+
+func TestInflightShedsWith503AndRetryAfter(t *testing.T) {
+	g := newValve()
+	h := start(t, g, "  strategy: inflight\n  inflight: {limit: 1}")
+	done := holdOne(t, h, g)
 	res, body := get(t, h.front.URL+"/")
 	if res.StatusCode != 503 || res.Header.Get("Retry-After") == "" || !strings.Contains(body, "concurrency_limit") {
 		t.Fatalf("got %d Retry-After=%q body %q, want 503 with Retry-After naming concurrency_limit", res.StatusCode, res.Header.Get("Retry-After"), body)
