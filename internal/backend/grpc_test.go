@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/loadshed/loadshed/internal/backend/backendpb"
+	"github.com/loadshed/loadshed/internal/testwait"
 	"github.com/loadshed/loadshed/pkg/admission/admissiontest"
 )
 
@@ -287,14 +288,14 @@ func TestServeGRPCGracefulShutdown(t *testing.T) {
 	sf, conn := startServeGRPC(t, constant(1, 20*ms), time.Minute)
 	f := &fixture{t: t, s: sf.s, clock: sf.clock}
 	running := f.work(conn, &backendpb.WorkRequest{})
-	waitFor(t, "call in service", func() bool { return sf.s.Stats().Busy == 1 && sf.clock.Pending() == 1 })
+	testwait.Until(t, 10*time.Second, "call in service", func() bool { return sf.s.Stats().Busy == 1 && sf.clock.Pending() == 1 })
 	queued := f.work(conn, &backendpb.WorkRequest{})
-	waitFor(t, "call waiting", func() bool { return sf.s.Stats().Waiting == 1 })
+	testwait.Until(t, 10*time.Second, "call waiting", func() bool { return sf.s.Stats().Waiting == 1 })
 
 	sf.cancel()
 	// Once shutdown has begun the health service stops serving, then the port refuses new
 	// calls (asked with health checks: a Work call that slipped in would wait for the worker).
-	waitFor(t, "the port to refuse new calls", func() bool {
+	testwait.Until(t, 10*time.Second, "the port to refuse new calls", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		_, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
@@ -311,7 +312,7 @@ func TestServeGRPCGracefulShutdown(t *testing.T) {
 	default:
 	}
 	sf.clock.Advance(20 * ms)
-	waitFor(t, "queued call in service", func() bool { return sf.s.Stats().Busy == 1 && sf.clock.Pending() == 1 })
+	testwait.Until(t, 10*time.Second, "queued call in service", func() bool { return sf.s.Stats().Busy == 1 && sf.clock.Pending() == 1 })
 	sf.clock.Advance(20 * ms)
 	for _, ch := range []<-chan call{running, queued} {
 		if c := f.recvCall(ch); c.err != nil {
@@ -328,7 +329,7 @@ func TestServeGRPCShutdownIsBounded(t *testing.T) {
 	sf, conn := startServeGRPC(t, constant(1, 20*ms), 50*time.Millisecond)
 	f := &fixture{t: t, s: sf.s, clock: sf.clock}
 	stuck := f.work(conn, &backendpb.WorkRequest{})
-	waitFor(t, "in service", func() bool { return sf.s.Stats().Busy == 1 && sf.clock.Pending() == 1 })
+	testwait.Until(t, 10*time.Second, "in service", func() bool { return sf.s.Stats().Busy == 1 && sf.clock.Pending() == 1 })
 	sf.cancel()
 	if err := sf.waitServeReturn(t); err != nil {
 		t.Fatalf("Serve = %v, want nil", err)
@@ -336,7 +337,7 @@ func TestServeGRPCShutdownIsBounded(t *testing.T) {
 	if c := f.recvCall(stuck); status.Code(c.err) != codes.Unavailable {
 		t.Fatalf("aborted call: %v, want UNAVAILABLE", c.err)
 	}
-	waitFor(t, "worker freed", func() bool { return sf.s.Stats().Busy == 0 })
+	testwait.Until(t, 10*time.Second, "worker freed", func() bool { return sf.s.Stats().Busy == 0 })
 }
 
 func FuzzWorkRequest(f *testing.F) {

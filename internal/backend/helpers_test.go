@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/loadshed/loadshed/internal/slowtail"
+	"github.com/loadshed/loadshed/internal/testwait"
 	"github.com/loadshed/loadshed/pkg/admission/admissiontest"
 )
 
@@ -91,24 +92,11 @@ func (f *fixture) recv(ch <-chan result) result {
 	}
 }
 
-// waitFor polls cond until it holds or 10 s pass. It waits on a condition, it does not guess a
-// duration.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // waitState waits until the pool and the fake clock show the given numbers.
 func (f *fixture) waitState(busy, waiting int, served uint64, timers int) {
 	f.t.Helper()
 	var st Stats
-	waitFor(f.t, "state", func() bool {
+	testwait.Until(f.t, 10*time.Second, "state", func() bool {
 		st = f.s.Stats()
 		return st.Busy == busy && st.Waiting == waiting && st.Served == served && f.clock.Pending() == timers
 	})

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/loadshed/loadshed/internal/testwait"
 	"github.com/loadshed/loadshed/pkg/admission/admissiontest"
 )
 
@@ -83,16 +84,16 @@ func asyncGet(url string) <-chan result {
 func TestServeGracefulShutdownFinishesInFlight(t *testing.T) {
 	sf := startServe(t, constant(1, 20*ms), time.Minute)
 	running := asyncGet("http://" + sf.data + "/a")
-	waitFor(t, "a in service", func() bool { return sf.s.Stats().Busy == 1 && sf.clock.Pending() == 1 })
+	testwait.Until(t, 10*time.Second, "a in service", func() bool { return sf.s.Stats().Busy == 1 && sf.clock.Pending() == 1 })
 	queued := asyncGet("http://" + sf.data + "/b")
-	waitFor(t, "b waiting", func() bool { return sf.s.Stats().Waiting == 1 })
+	testwait.Until(t, 10*time.Second, "b waiting", func() bool { return sf.s.Stats().Waiting == 1 })
 	if code, body := plainGet(t, "http://"+sf.admin+"/admin/config"); code != 200 || body == "" {
 		t.Fatalf("admin config = %d %q", code, body)
 	}
 
 	sf.cancel()
 	// Shutdown has begun once the data listener refuses connections.
-	waitFor(t, "listener closed", func() bool {
+	testwait.Until(t, 10*time.Second, "listener closed", func() bool {
 		c, err := net.DialTimeout("tcp", sf.data, time.Second)
 		if err == nil {
 			c.Close()
@@ -110,7 +111,7 @@ func TestServeGracefulShutdownFinishesInFlight(t *testing.T) {
 		t.Fatalf("admin /metrics during drain = %d:\n%s", code, body)
 	}
 	sf.clock.Advance(20 * ms)
-	waitFor(t, "b in service", func() bool { return sf.s.Stats().Busy == 1 && sf.clock.Pending() == 1 })
+	testwait.Until(t, 10*time.Second, "b in service", func() bool { return sf.s.Stats().Busy == 1 && sf.clock.Pending() == 1 })
 	sf.clock.Advance(20 * ms)
 	for _, ch := range []<-chan result{running, queued} {
 		select {
@@ -131,7 +132,7 @@ func TestServeShutdownIsBounded(t *testing.T) {
 	// The fake clock never moves, so the request would never finish on its own.
 	sf := startServe(t, constant(1, 20*ms), 50*time.Millisecond)
 	stuck := asyncGet("http://" + sf.data + "/stuck")
-	waitFor(t, "in service", func() bool { return sf.s.Stats().Busy == 1 && sf.clock.Pending() == 1 })
+	testwait.Until(t, 10*time.Second, "in service", func() bool { return sf.s.Stats().Busy == 1 && sf.clock.Pending() == 1 })
 	sf.cancel()
 	if err := sf.waitServeReturn(t); err != nil {
 		t.Fatalf("Serve = %v, want nil", err)
@@ -144,7 +145,7 @@ func TestServeShutdownIsBounded(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("aborted request never returned")
 	}
-	waitFor(t, "worker freed", func() bool { return sf.s.Stats().Busy == 0 })
+	testwait.Until(t, 10*time.Second, "worker freed", func() bool { return sf.s.Stats().Busy == 0 })
 }
 
 func TestServeConfigValidate(t *testing.T) {

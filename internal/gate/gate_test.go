@@ -60,6 +60,18 @@ func admit(t *testing.T, g *Gate, r *Request) *Pass {
 	return p
 }
 
+// admitBehind asks, in a goroutine, for a permit for another request with ctx, which must wait
+// behind the permits held; queued receives its place in the queue and done what Admit returned.
+func admitBehind(ctx context.Context, g *Gate) (queued <-chan admission.Queued, done <-chan error) {
+	q := make(chan admission.Queued, 1)
+	d := make(chan error, 1)
+	go func() {
+		_, err := g.Admit(ctx, request(nil), func(x admission.Queued) { q <- x })
+		d <- err
+	}()
+	return q, d
+}
+
 func refusal(t *testing.T, err error) *Refusal {
 	t.Helper()
 	var rej *Refusal
@@ -142,12 +154,7 @@ loadshed_shed_total{door="http",priority="critical",reason="rate_limited",route=
 	t.Run("queue_full and queue_timeout", func(t *testing.T) {
 		g, clk, _ := newGate(t, "admission: {strategy: bounded-queue, boundedQueue: {concurrency: 1, depth: 1, maxWait: 80ms}}\n")
 		hold := admit(t, g, request(nil))
-		queued := make(chan admission.Queued, 1)
-		waiter := make(chan error, 1)
-		go func() {
-			_, err := g.Admit(ctx, request(nil), func(q admission.Queued) { queued <- q })
-			waiter <- err
-		}()
+		queued, waiter := admitBehind(ctx, g)
 		if q := <-queued; q.Bound != 80*time.Millisecond {
 			t.Errorf("queued notice %+v, want the 80ms bound", q)
 		}
@@ -337,12 +344,7 @@ func TestCanceledWhileQueued(t *testing.T) {
 	g, _, reg := newGate(t, "admission: {strategy: bounded-queue, boundedQueue: {concurrency: 1, depth: 4, maxWait: 1s}}\n")
 	hold := admit(t, g, request(nil))
 	ctx, cancel := context.WithCancel(context.Background())
-	queued := make(chan admission.Queued, 1)
-	done := make(chan error, 1)
-	go func() {
-		_, err := g.Admit(ctx, request(nil), func(q admission.Queued) { queued <- q })
-		done <- err
-	}()
+	queued, done := admitBehind(ctx, g)
 	<-queued
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
@@ -390,12 +392,7 @@ func TestAnswerDue(t *testing.T) {
 	g, clk, reg := newGate(t, "admission: {strategy: bounded-queue, boundedQueue: {concurrency: 1, depth: 4, maxWait: 1s}}\n")
 	hold := admit(t, g, request(nil))
 	ctx, cancel := context.WithCancelCause(context.Background())
-	queued := make(chan admission.Queued, 1)
-	done := make(chan error, 1)
-	go func() {
-		_, err := g.Admit(ctx, request(nil), func(q admission.Queued) { queued <- q })
-		done <- err
-	}()
+	queued, done := admitBehind(ctx, g)
 	if q := <-queued; q.Bound != time.Second {
 		t.Errorf("bound %v, want maxWait", q.Bound)
 	}

@@ -58,6 +58,11 @@ func TestRefusalHeaders(t *testing.T) {
 	}
 }
 
+// grpcCall is a gRPC call's request as the gRPC door hands it to the gate.
+func grpcCall() *Request {
+	return &Request{Door: DoorGRPC, Method: "POST", Path: "/t.S/M", Header: headers{}, ContentLength: -1, GRPC: true}
+}
+
 // TestCallEndedClassification: every grpc-status a call can end with, as every door reports it
 // (CallEnded): only what says the upstream is overloaded (UNAVAILABLE, DEADLINE_EXCEEDED, a
 // RESOURCE_EXHAUSTED the client did not cause) teaches the strategy Dropped; INTERNAL, UNKNOWN
@@ -90,7 +95,7 @@ func TestCallEndedClassification(t *testing.T) {
 		{16, "", admission.Ignore, "client_error"},
 	} {
 		g, clk, reg := newGate(t, "admission: {strategy: inflight, inflight: {limit: 2}}\n")
-		p := admit(t, g, &Request{Door: DoorGRPC, Method: "POST", Path: "/t.S/M", Header: headers{}, ContentLength: -1, GRPC: true})
+		p := admit(t, g, grpcCall())
 		p.Forward(t0)
 		clk.Advance(10 * time.Millisecond)
 		p.Answered(Answer{Status: 200, At: clk.Now()})
@@ -121,7 +126,7 @@ func TestMalformedCallIsTheClients(t *testing.T) {
 		"stream reset":         func(p *Pass) { p.Failed(OutcomeUpstreamError, 502) },
 	} {
 		g, _, reg := newGate(t, "admission: {strategy: inflight, inflight: {limit: 2}}\n")
-		p := admit(t, g, &Request{Door: DoorGRPC, Method: "POST", Path: "/t.S/M", Header: headers{}, ContentLength: -1, GRPC: true})
+		p := admit(t, g, grpcCall())
 		p.Forward(t0)
 		p.BodyFailed(bad)
 		end(p)
@@ -221,7 +226,7 @@ func TestGRPCFramingStaysBroken(t *testing.T) {
 func TestTheGateWatchesExchanges(t *testing.T) {
 	t.Run("a call open past streamAfter", func(t *testing.T) {
 		g, clk, reg := newGate(t, "admission: {strategy: inflight, inflight: {limit: 2}}\ngrpc: {streamAfter: 5s}\n")
-		p := admit(t, g, &Request{Door: DoorGRPC, Method: "POST", Path: "/t.S/M", Header: headers{}, ContentLength: -1, GRPC: true})
+		p := admit(t, g, grpcCall())
 		p.Forward(clk.Now())
 		if next := p.Answered(Answer{Status: 200, ContentType: "application/grpc", At: clk.Now()}); next != NextTrailers {
 			t.Fatalf("a call without a status in its headers: next %v, want NextTrailers", next)
@@ -245,7 +250,7 @@ func TestTheGateWatchesExchanges(t *testing.T) {
 	})
 	t.Run("a call that ends in time", func(t *testing.T) {
 		g, clk, _ := newGate(t, "admission: {strategy: inflight, inflight: {limit: 2}}\ngrpc: {streamAfter: 5s}\n")
-		p := admit(t, g, &Request{Door: DoorGRPC, Method: "POST", Path: "/t.S/M", Header: headers{}, ContentLength: -1, GRPC: true})
+		p := admit(t, g, grpcCall())
 		p.Forward(clk.Now())
 		clk.Advance(time.Second)
 		p.CallEnded("0", "", clk.Now())

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/loadshed/loadshed/internal/testwait"
 )
 
 // restart listens on the same address again.
@@ -111,7 +113,7 @@ func TestFaultUpstreamFailuresShrinkTheAdaptiveLimit(t *testing.T) {
 			}()
 
 			// Healthy: the limit learns the no-load latency.
-			waitFor(t, 20*time.Second, "a no-load latency estimate", func() bool { return s.StageStates()[0].MinRTT > 0 })
+			testwait.Until(t, 20*time.Second, "a no-load latency estimate", func() bool { return s.StageStates()[0].MinRTT > 0 })
 			healthy := limit()
 			for _, a := range ta.take() {
 				if a.err != nil || a.code != 200 && a.reason == "" {
@@ -122,7 +124,7 @@ func TestFaultUpstreamFailuresShrinkTheAdaptiveLimit(t *testing.T) {
 			// The fault: the limit falls to a quarter of its healthy value.
 			c.fault(u)
 			var peakQueue float64
-			waitFor(t, 30*time.Second, fmt.Sprintf("the limit to fall from %v to a quarter", healthy), func() bool {
+			testwait.Until(t, 30*time.Second, fmt.Sprintf("the limit to fall from %v to a quarter", healthy), func() bool {
 				peakQueue = max(peakQueue, s.StageStates()[0].QueueDepth)
 				return limit() <= healthy/4
 			})
@@ -175,7 +177,7 @@ func TestFaultUpstreamFailuresShrinkTheAdaptiveLimit(t *testing.T) {
 				c.heal(u)
 			}
 			ta.take()
-			waitFor(t, 30*time.Second, "the limit to grow back", func() bool { return limit() >= 2*low+1 })
+			testwait.Until(t, 30*time.Second, "the limit to grow back", func() bool { return limit() >= 2*low+1 })
 			close(stop)
 			wait()
 			stopped = true
@@ -189,7 +191,7 @@ func TestFaultUpstreamFailuresShrinkTheAdaptiveLimit(t *testing.T) {
 			if ok == 0 {
 				t.Fatal("nothing succeeded after the upstream recovered")
 			}
-			waitFor(t, 5*time.Second, "in-flight and queue to empty", func() bool {
+			testwait.Until(t, 5*time.Second, "in-flight and queue to empty", func() bool {
 				st := s.StageStates()[0]
 				return st.InFlight == 0 && st.QueueDepth == 0
 			})

@@ -22,6 +22,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/loadshed/loadshed/internal/testwait"
 )
 
 // Upstream behaviours a flakyUpstream can be switched to.
@@ -143,18 +145,6 @@ func (ta *tally) take() []answer {
 	return out
 }
 
-// waitFor polls cond until it holds or the bounded deadline passes.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 // TestFaultHungUpstreamDoesNotBuildAQueue: behind a bounded queue, an upstream that never answers
 // holds only the admitted requests (504 after upstreamTimeout); waiters leave at maxWait (503
 // queue_timeout) and the rest are refused at once (503 queue_full): nothing waits longer than its
@@ -209,7 +199,7 @@ func TestFaultHungUpstreamDoesNotBuildAQueue(t *testing.T) {
 	if count["504 "] != 2 || count["503 queue_timeout"] < 4 || count["503 queue_timeout"]+count["503 queue_full"] != 8 {
 		t.Fatalf("answers %v: want 2 x 504 (admitted), at least 4 x queue_timeout (queued), the rest queue_full", count)
 	}
-	waitFor(t, 5*time.Second, "the upstream to see both admitted requests abandoned", func() bool { return u.aborted.Load() == 2 })
+	testwait.Until(t, 5*time.Second, "the upstream to see both admitted requests abandoned", func() bool { return u.aborted.Load() == 2 })
 	st := s.StageStates()[0]
 	if st.InFlight != 0 || st.QueueDepth != 0 {
 		t.Fatalf("after the storm: %+v", st)
@@ -222,39 +212,41 @@ func TestFaultHungUpstreamDoesNotBuildAQueue(t *testing.T) {
 	}
 }
 
+// getEach sends n GETs of url with ctx, each from a goroutine of its own; errs receives each
+// client's error (nil for an answer, whose body it closes).
+func getEach(ctx context.Context, url string, n int) (errs <-chan error) {
+	c := make(chan error, n)
+	for range n {
+		go func() {
+			req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
+			res, err := http.DefaultClient.Do(req)
+			if err == nil {
+				res.Body.Close()
+			}
+			c <- err
+		}()
+	}
+	return c
+}
+
 // TestFaultClientsLeaveTheQueue: six clients give up while queued. They leave the queue at once,
 // cost no upstream call, count as canceled, and the permit of the one admitted request is still
 // released exactly once.
 func TestFaultClientsLeaveTheQueue(t *testing.T) {
 	g := newValve()
 	h := start(t, g, "  strategy: bounded-queue\n  boundedQueue: {concurrency: 1, depth: 8, maxWait: 1m}")
-	first := make(chan int)
-	go func() {
-		res, _ := get(t, h.front.URL+"/?wait=1")
-		first <- res.StatusCode
-	}()
-	until(t, "the first request upstream", func() bool { return g.waiting.Load() == 1 })
+	first := holdOne(t, h, g)
 	ctx, cancel := context.WithCancel(context.Background())
-	errs := make(chan error, 6)
-	for range 6 {
-		go func() {
-			req, _ := http.NewRequestWithContext(ctx, "GET", h.front.URL+"/", nil)
-			res, err := http.DefaultClient.Do(req)
-			if err == nil {
-				res.Body.Close()
-			}
-			errs <- err
-		}()
-	}
-	until(t, "six requests to queue", func() bool { return h.srv.StageStates()[0].QueueDepth == 6 })
+	errs := getEach(ctx, h.front.URL+"/", 6)
+	testwait.Until(t, 5*time.Second, "six requests to queue", func() bool { return h.srv.StageStates()[0].QueueDepth == 6 })
 	cancel()
 	for range 6 {
 		if err := <-errs; !errors.Is(err, context.Canceled) {
 			t.Fatalf("client: %v", err)
 		}
 	}
-	until(t, "the queue to empty", func() bool { return h.srv.StageStates()[0].QueueDepth == 0 })
-	until(t, "the proxy to count the six as canceled", func() bool {
+	testwait.Until(t, 5*time.Second, "the queue to empty", func() bool { return h.srv.StageStates()[0].QueueDepth == 0 })
+	testwait.Until(t, 5*time.Second, "the proxy to count the six as canceled", func() bool {
 		return testutil.ToFloat64(h.srv.gate.Metrics().Requests.WithLabelValues("default", "bounded-queue", "http", "canceled", "499")) == 6
 	})
 	if st := h.srv.StageStates()[0]; st.InFlight != 1 {
@@ -264,7 +256,7 @@ func TestFaultClientsLeaveTheQueue(t *testing.T) {
 	if code := <-first; code != 200 {
 		t.Fatalf("admitted request: %d", code)
 	}
-	until(t, "in-flight to return to zero", func() bool { return h.srv.StageStates()[0].InFlight == 0 })
+	testwait.Until(t, 5*time.Second, "in-flight to return to zero", func() bool { return h.srv.StageStates()[0].InFlight == 0 })
 	if g.hits.Load() != 1 {
 		t.Fatalf("upstream calls %d, want 1: abandoned requests must not be forwarded", g.hits.Load())
 	}
@@ -280,28 +272,18 @@ func TestFaultClientsLeaveWhileTheUpstreamWorks(t *testing.T) {
 	before := h.srv.StageStates()[0].Limit
 	for round := range 3 {
 		ctx, cancel := context.WithCancel(context.Background())
-		errs := make(chan error, 5)
-		for range 5 {
-			go func() {
-				req, _ := http.NewRequestWithContext(ctx, "GET", h.front.URL+"/?wait=1", nil)
-				res, err := http.DefaultClient.Do(req)
-				if err == nil {
-					res.Body.Close()
-				}
-				errs <- err
-			}()
-		}
-		until(t, "five requests at the upstream", func() bool { return g.waiting.Load() == 5 })
+		errs := getEach(ctx, h.front.URL+"/?wait=1", 5)
+		testwait.Until(t, 5*time.Second, "five requests at the upstream", func() bool { return g.waiting.Load() == 5 })
 		cancel()
 		for range 5 {
 			if err := <-errs; !errors.Is(err, context.Canceled) {
 				t.Fatalf("client: %v", err)
 			}
 		}
-		until(t, "the upstream to see the requests cancelled", func() bool { return g.waiting.Load() == 0 })
-		until(t, "in-flight to return to zero", func() bool { return h.srv.StageStates()[0].InFlight == 0 })
+		testwait.Until(t, 5*time.Second, "the upstream to see the requests cancelled", func() bool { return g.waiting.Load() == 0 })
+		testwait.Until(t, 5*time.Second, "in-flight to return to zero", func() bool { return h.srv.StageStates()[0].InFlight == 0 })
 		want := float64(5 * (round + 1))
-		until(t, "the proxy to count the cancellations", func() bool {
+		testwait.Until(t, 5*time.Second, "the proxy to count the cancellations", func() bool {
 			return testutil.ToFloat64(h.srv.gate.Metrics().Requests.WithLabelValues("default", "adaptive", "http", "canceled", "499")) == want
 		})
 	}
@@ -333,11 +315,11 @@ func TestFaultClientLeavesMidRequestBody(t *testing.T) {
 			t.Fatal(err)
 		}
 		fmt.Fprintf(c, "POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n%s", strings.Repeat("x", 1000))
-		until(t, "the body to start flowing upstream", func() bool { return got.Load() >= int64(1000*(i+1)) })
+		testwait.Until(t, 5*time.Second, "the body to start flowing upstream", func() bool { return got.Load() >= int64(1000*(i+1)) })
 		c.Close()
-		until(t, "in-flight to return to zero", func() bool { return h.srv.StageStates()[0].InFlight == 0 })
+		testwait.Until(t, 5*time.Second, "in-flight to return to zero", func() bool { return h.srv.StageStates()[0].InFlight == 0 })
 	}
-	until(t, "twenty canceled requests", func() bool {
+	testwait.Until(t, 5*time.Second, "twenty canceled requests", func() bool {
 		return testutil.ToFloat64(h.srv.gate.Metrics().Requests.WithLabelValues("default", "adaptive", "http", "canceled", "499")) == 20
 	})
 	if after := h.srv.StageStates()[0].Limit; after < before {
@@ -382,9 +364,9 @@ func TestFaultClientLeavesMidResponseBody(t *testing.T) {
 		}
 		c.Close()
 	}
-	until(t, "the upstream to see all five abandoned", func() bool { return aborted.Load() == 5 })
-	until(t, "in-flight to return to zero", func() bool { return h.srv.StageStates()[0].InFlight == 0 })
-	until(t, "five canceled requests", func() bool {
+	testwait.Until(t, 5*time.Second, "the upstream to see all five abandoned", func() bool { return aborted.Load() == 5 })
+	testwait.Until(t, 5*time.Second, "in-flight to return to zero", func() bool { return h.srv.StageStates()[0].InFlight == 0 })
+	testwait.Until(t, 5*time.Second, "five canceled requests", func() bool {
 		return testutil.ToFloat64(h.srv.gate.Metrics().Requests.WithLabelValues("default", "inflight", "http", "canceled", "200")) == 5
 	})
 }
@@ -517,7 +499,7 @@ func TestFaultSlowBodyIsCutAtReadTimeout(t *testing.T) {
 			t.Fatalf("slow body: got %d, want 408", code)
 		}
 	}
-	waitFor(t, 5*time.Second, "in-flight to return to zero", func() bool { return s.StageStates()[0].InFlight == 0 })
+	testwait.Until(t, 5*time.Second, "in-flight to return to zero", func() bool { return s.StageStates()[0].InFlight == 0 })
 	if res, _ := get(t, "http://"+data+"/"); res.StatusCode != 200 {
 		t.Fatalf("after the attack: %d", res.StatusCode)
 	}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/loadshed/loadshed/internal/testwait"
 )
 
 func TestMalformedHeadersGet400NamingTheHeader(t *testing.T) {
@@ -72,7 +74,7 @@ func TestRoutesHaveTheirOwnPolicy(t *testing.T) {
 		res, _ := get(t, h.front.URL+"/heavy?wait=1")
 		done <- res.StatusCode
 	}()
-	until(t, "the heavy request upstream", func() bool { return g.waiting.Load() == 1 })
+	testwait.Until(t, 5*time.Second, "the heavy request upstream", func() bool { return g.waiting.Load() == 1 })
 	// The heavy route's limit (2) is used up by one request of cost 2...
 	if res, _ := get(t, h.front.URL+"/heavy/x"); res.StatusCode != 503 {
 		t.Fatalf("second heavy: %d, want 503", res.StatusCode)
@@ -162,7 +164,7 @@ func TestReloadKeepsStateAndRejectsInvalid(t *testing.T) {
 		res, _ := get(t, front+"/?wait=1")
 		done <- res.StatusCode
 	}()
-	until(t, "a request in flight", func() bool { return g.waiting.Load() == 1 })
+	testwait.Until(t, 5*time.Second, "a request in flight", func() bool { return g.waiting.Load() == 1 })
 	before := s.gate.Policies()[0]
 
 	// An invalid change is rejected; the running configuration (and its state) stays.
@@ -200,7 +202,7 @@ func TestReloadKeepsStateAndRejectsInvalid(t *testing.T) {
 	if code := <-done; code != 200 {
 		t.Fatalf("the request in flight across reloads got %d", code)
 	}
-	until(t, "the old policy to drain", func() bool { return before.Stats().InFlight == 0 })
+	testwait.Until(t, 5*time.Second, "the old policy to drain", func() bool { return before.Stats().InFlight == 0 })
 }
 
 // TestExpiredGRPCDeadlineIsRefused: gRPC clients send "grpc-timeout: 0n" when their deadline has

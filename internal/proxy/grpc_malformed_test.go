@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/loadshed/loadshed/internal/testwait"
 )
 
 // TestMalformedGRPCCallsAgainstAnAdaptiveLimit: gRPC calls their own client broke are the
@@ -82,11 +84,11 @@ func TestMalformedGRPCCallsAgainstAnAdaptiveLimit(t *testing.T) {
 				t.Fatalf("%s, call %d: grpc-status %q (trailers-only %v), want %s trailers-only", c.name, i, s, trailersOnly, c.status)
 			}
 		}
-		waitFor(t, 5*time.Second, "every call with a "+c.name+" ended", func() bool { return p.srv.StageStates()[0].InFlight == 0 })
+		testwait.Until(t, 5*time.Second, "every call with a "+c.name+" ended", func() bool { return p.srv.StageStates()[0].InFlight == 0 })
 		if after := limit(); after < before {
 			t.Fatalf("after 300 calls with a %s: limit %v -> %v, want it unchanged", c.name, before, after)
 		}
-		waitFor(t, 5*time.Second, c.name+" counted", func() bool { return requests("client_error", c.code) >= 300 })
+		testwait.Until(t, 5*time.Second, c.name+" counted", func() bool { return requests("client_error", c.code) >= 300 })
 	}
 	if n := requests("client_error", "400"); n != 600 {
 		t.Errorf("client errors (400) %v, want 600", n)

@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
+
+	"github.com/loadshed/loadshed/internal/testwait"
 )
 
 // grpcUpstream is a gRPC server on loopback (h2c, as grpc-go serves without TLS) answering any
@@ -109,7 +111,7 @@ func TestGRPCThroughTheProxy(t *testing.T) {
 	if got := trailer.Get("x-upstream"); len(got) != 1 || got[0] != "yes" {
 		t.Fatalf("trailers %v: the upstream's trailer did not arrive", trailer)
 	}
-	waitFor(t, 5*time.Second, "the call counted", func() bool {
+	testwait.Until(t, 5*time.Second, "the call counted", func() bool {
 		return testutil.ToFloat64(p.srv.gate.Metrics().Requests.WithLabelValues("default", "inflight", "grpc", "success", "200")) == 1
 	})
 	if st := p.srv.StageStates()[0]; st.InFlight != 0 {
@@ -125,7 +127,7 @@ func TestGRPCRefusalIsTrailersOnly(t *testing.T) {
 	p, conn := grpcProxy(t, u, "  strategy: inflight\n  inflight: {limit: 1}")
 	done := make(chan error, 1)
 	go func() { done <- call(context.Background(), conn, "/t.S/Hold") }()
-	waitFor(t, 5*time.Second, "the first call upstream", func() bool { return u.holding.Load() == 1 })
+	testwait.Until(t, 5*time.Second, "the first call upstream", func() bool { return u.holding.Load() == 1 })
 
 	var trailer metadata.MD
 	err := call(context.Background(), conn, "/t.S/Ok", grpc.Trailer(&trailer))
@@ -206,10 +208,10 @@ func TestGRPCOutcomes(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- call(ctx, conn, "/t.S/Hold") }()
-		waitFor(t, 5*time.Second, "the call upstream", func() bool { return u.holding.Load() == 1 })
+		testwait.Until(t, 5*time.Second, "the call upstream", func() bool { return u.holding.Load() == 1 })
 		cancel()
 		<-done
-		waitFor(t, 5*time.Second, "the canceled call to end", func() bool { return p.srv.StageStates()[0].InFlight == 0 })
+		testwait.Until(t, 5*time.Second, "the canceled call to end", func() bool { return p.srv.StageStates()[0].InFlight == 0 })
 	}
 	if after := p.srv.StageStates()[0].Limit; after < before {
 		t.Fatalf("limit %v -> %v after 30 calls the client canceled: want it unchanged", before, after)
@@ -219,7 +221,7 @@ func TestGRPCOutcomes(t *testing.T) {
 			t.Fatalf("failing upstream: %v", err)
 		}
 	}
-	waitFor(t, 5*time.Second, "every failure counted", func() bool {
+	testwait.Until(t, 5*time.Second, "every failure counted", func() bool {
 		return testutil.ToFloat64(p.srv.gate.Metrics().Requests.WithLabelValues("default", "adaptive", "grpc", "upstream_error", "200")) == 30
 	})
 	if after := p.srv.StageStates()[0].Limit; after >= before {
@@ -254,21 +256,21 @@ func TestGRPCStreams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the streaming route's permit back", func() bool { return p.srv.StageStates()[0].InFlight == 0 })
+	testwait.Until(t, 5*time.Second, "the streaming route's permit back", func() bool { return p.srv.StageStates()[0].InFlight == 0 })
 	if err := call(context.Background(), conn, "/t.S/Ok"); err != nil {
 		t.Fatalf("a unary call beside an open stream on a streaming route: %v", err)
 	}
 	stop()
-	waitFor(t, 5*time.Second, "the stream to end upstream", func() bool { return u.holding.Load() == 0 })
+	testwait.Until(t, 5*time.Second, "the stream to end upstream", func() bool { return u.holding.Load() == 0 })
 
 	// An unmarked call that stays open (/t.S/Hold) is taken for a stream after 300 ms.
 	done := make(chan error, 1)
 	go func() { done <- call(context.Background(), conn, "/t.S/Hold") }()
-	waitFor(t, 5*time.Second, "the held call upstream", func() bool { return u.holding.Load() == 1 })
+	testwait.Until(t, 5*time.Second, "the held call upstream", func() bool { return u.holding.Load() == 1 })
 	if err := call(context.Background(), conn, "/t.S/Ok"); status.Code(err) != codes.Unavailable {
 		t.Fatalf("while the held call holds the permit: %v, want UNAVAILABLE", err)
 	}
-	waitFor(t, 5*time.Second, "the held call taken for a stream", func() bool { return p.srv.StageStates()[0].InFlight == 0 })
+	testwait.Until(t, 5*time.Second, "the held call taken for a stream", func() bool { return p.srv.StageStates()[0].InFlight == 0 })
 	if err := call(context.Background(), conn, "/t.S/Ok"); err != nil {
 		t.Fatalf("after the held call was taken for a stream: %v", err)
 	}

@@ -23,6 +23,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/loadshed/loadshed/internal/testwait"
 )
 
 // rawUpstream is an upstream on a bare TCP listener: it reads each request's head and answers
@@ -385,7 +387,7 @@ func TestProbeHalfCloseBeforeAdmission(t *testing.T) {
 		res.Body.Close()
 		held <- res.StatusCode
 	}()
-	until(t, "the first request to hold the one permit", func() bool { return g.waiting.Load() == 1 })
+	testwait.Until(t, 5*time.Second, "the first request to hold the one permit", func() bool { return g.waiting.Load() == 1 })
 	c, err := net.Dial("tcp", p.data)
 	if err != nil {
 		t.Fatal(err)
@@ -393,7 +395,7 @@ func TestProbeHalfCloseBeforeAdmission(t *testing.T) {
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 	io.WriteString(c, "GET /second HTTP/1.1\r\nHost: x\r\n\r\n")
-	until(t, "the second request to queue", func() bool {
+	testwait.Until(t, 5*time.Second, "the second request to queue", func() bool {
 		st := p.srv.StageStates()
 		return len(st) == 1 && st[0].QueueDepth == 1
 	})
@@ -416,7 +418,7 @@ func TestProbeHalfCloseBeforeAdmission(t *testing.T) {
 	if g.hits.Load() != 1 {
 		t.Fatalf("the upstream saw %d requests, want only the held one", g.hits.Load())
 	}
-	until(t, "the canceled request counted", func() bool {
+	testwait.Until(t, 5*time.Second, "the canceled request counted", func() bool {
 		return testutil.ToFloat64(p.srv.gate.Metrics().Requests.WithLabelValues("default", "bounded-queue", "http", "canceled", "499")) == 1
 	})
 }

@@ -3,7 +3,6 @@ package proxy
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -19,6 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/loadshed/loadshed/internal/testwait"
 )
 
 // valve is an upstream whose requests block until released, so tests control concurrency
@@ -52,17 +53,6 @@ func (g *valve) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(code)
 	}
 	io.WriteString(w, "hello from upstream\n")
-}
-
-func until(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 func newUpstream(t *testing.T, h http.Handler) string {
@@ -113,15 +103,23 @@ func get(t *testing.T, url string, hdr ...string) (*http.Response, string) {
 	return res, string(b)
 }
 
-func TestInflightShedsWith503AndRetryAfter(t *testing.T) {
-	g := newValve()
-	h := start(t, g, "  strategy: inflight\n  inflight: {limit: 1}")
-	done := make(chan int)
+// holdOne sends a request that g holds upstream until g.release is closed, and returns once the
+// upstream has it; the channel receives its status when it ends.
+func holdOne(t *testing.T, h *harness, g *valve) <-chan int {
+	t.Helper()
+	done := make(chan int, 1)
 	go func() {
 		res, _ := get(t, h.front.URL+"/?wait=1")
 		done <- res.StatusCode
 	}()
-	until(t, "the first request to reach the upstream", func() bool { return g.waiting.Load() == 1 })
+	testwait.Until(t, 5*time.Second, "the first request to reach the upstream", func() bool { return g.waiting.Load() == 1 })
+	return done
+}
+
+func TestInflightShedsWith503AndRetryAfter(t *testing.T) {
+	g := newValve()
+	h := start(t, g, "  strategy: inflight\n  inflight: {limit: 1}")
+	done := holdOne(t, h, g)
 	res, body := get(t, h.front.URL+"/")
 	if res.StatusCode != 503 || res.Header.Get("Retry-After") == "" || !strings.Contains(body, "concurrency_limit") {
 		t.Fatalf("got %d Retry-After=%q body %q, want 503 with Retry-After naming concurrency_limit", res.StatusCode, res.Header.Get("Retry-After"), body)
@@ -136,7 +134,7 @@ func TestInflightShedsWith503AndRetryAfter(t *testing.T) {
 	if g.hits.Load() != 1 {
 		t.Fatalf("upstream saw %d requests; the shed one must not reach it", g.hits.Load())
 	}
-	until(t, "in-flight to return to zero", func() bool { return h.srv.StageStates()[0].InFlight == 0 })
+	testwait.Until(t, 5*time.Second, "in-flight to return to zero", func() bool { return h.srv.StageStates()[0].InFlight == 0 })
 	if got := testutil.ToFloat64(h.srv.gate.Metrics().Shed.WithLabelValues("default", "inflight", "concurrency_limit", "critical", "http")); got != 1 {
 		t.Fatalf("shed metric = %v, want 1", got)
 	}
@@ -180,7 +178,7 @@ func TestUpstreamFailuresAre502And504NotSheds(t *testing.T) {
 	if res.StatusCode != 504 {
 		t.Fatalf("hung upstream: %d, want 504", res.StatusCode)
 	}
-	until(t, "permit release after 504", func() bool { return h.srv.StageStates()[0].InFlight == 0 })
+	testwait.Until(t, 5*time.Second, "permit release after 504", func() bool { return h.srv.StageStates()[0].InFlight == 0 })
 	if got := testutil.ToFloat64(h.srv.gate.Metrics().Requests.WithLabelValues("default", "inflight", "http", "upstream_timeout", "504")); got != 1 {
 		t.Fatalf("upstream_timeout metric = %v", got)
 	}
@@ -228,36 +226,6 @@ func TestTrustedForwardedHeadersAppend(t *testing.T) {
 	}
 }
 
-func TestClientLeavingTheQueueCostsNoUpstreamCall(t *testing.T) {
-	g := newValve()
-	h := start(t, g, "  strategy: bounded-queue\n  boundedQueue: {concurrency: 1, depth: 4, maxWait: 1m}")
-	first := make(chan int)
-	go func() {
-		res, _ := get(t, h.front.URL+"/?wait=1")
-		first <- res.StatusCode
-	}()
-	until(t, "the first request upstream", func() bool { return g.waiting.Load() == 1 })
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error)
-	go func() {
-		req, _ := http.NewRequestWithContext(ctx, "GET", h.front.URL+"/", nil)
-		_, err := http.DefaultClient.Do(req)
-		errc <- err
-	}()
-	until(t, "the second request to queue", func() bool { return h.srv.StageStates()[0].QueueDepth == 1 })
-	cancel()
-	if err := <-errc; !errors.Is(err, context.Canceled) {
-		t.Fatalf("client error %v", err)
-	}
-	until(t, "the queue to empty", func() bool { return h.srv.StageStates()[0].QueueDepth == 0 })
-	close(g.release)
-	<-first
-	until(t, "in-flight to return to zero", func() bool { return h.srv.StageStates()[0].InFlight == 0 })
-	if g.hits.Load() != 1 {
-		t.Fatalf("upstream calls = %d, want 1: the abandoned request must not be forwarded", g.hits.Load())
-	}
-}
-
 func TestAbortedUpstreamBodyReleasesPermit(t *testing.T) {
 	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Length", "1000")
@@ -276,7 +244,7 @@ func TestAbortedUpstreamBodyReleasesPermit(t *testing.T) {
 	if err == nil {
 		t.Fatal("the client must see the truncated response as an error")
 	}
-	until(t, "in-flight to return to zero", func() bool { return h.srv.StageStates()[0].InFlight == 0 })
+	testwait.Until(t, 5*time.Second, "in-flight to return to zero", func() bool { return h.srv.StageStates()[0].InFlight == 0 })
 	if got := testutil.ToFloat64(h.srv.gate.Metrics().Requests.WithLabelValues("default", "inflight", "http", "upstream_error", "200")); got != 1 {
 		t.Fatalf("upstream_error metric = %v, want 1", got)
 	}
@@ -302,7 +270,7 @@ func TestGracefulShutdown(t *testing.T) {
 	defer up.Close()
 	p := serveProxy(t, "upstream: "+up.URL+"\nlisten: 127.0.0.1:0\nadminListen: 127.0.0.1:0\nshutdown: {drainDelay: 300ms, gracePeriod: 5s}\nadmission: {strategy: inflight, inflight: {limit: 4}}\n", Options{})
 	data, admin := p.data, p.admin
-	until(t, "readiness", func() bool {
+	testwait.Until(t, 5*time.Second, "readiness", func() bool {
 		res, err := http.Get("http://" + admin + "/readyz")
 		if err != nil {
 			return false
@@ -320,9 +288,9 @@ func TestGracefulShutdown(t *testing.T) {
 		res.Body.Close()
 		inflight <- res.StatusCode
 	}()
-	until(t, "the request upstream", func() bool { return g.waiting.Load() == 1 })
+	testwait.Until(t, 5*time.Second, "the request upstream", func() bool { return g.waiting.Load() == 1 })
 	p.shutdown()
-	until(t, "readiness off", func() bool {
+	testwait.Until(t, 5*time.Second, "readiness off", func() bool {
 		res, err := http.Get("http://" + admin + "/readyz")
 		if err != nil {
 			return false
@@ -369,7 +337,7 @@ func TestDrainWindow(t *testing.T) {
 
 	endWindow := openDrainWindow(t, p)
 	// The idle connection is closed once quiet, not left for the client to send on.
-	until(t, "the idle keep-alive connection closed", func() bool { held, _, _ := p.srv.conns.counts(); return held == 0 })
+	testwait.Until(t, 5*time.Second, "the idle keep-alive connection closed", func() bool { held, _, _ := p.srv.conns.counts(); return held == 0 })
 	if !closes() {
 		t.Fatal("in the window: no Connection: close")
 	}
@@ -434,7 +402,7 @@ func TestDrainWindowHTTP2(t *testing.T) {
 		t.Errorf("%d new connections for 6 calls in the window, want at least 3 (GOAWAY after each answer)", n)
 	}
 	// The connections told to go are closed by the proxy, not left open.
-	until(t, "the told connections closed", func() bool { held, _, _ := p.srv.conns.counts(); return held <= 1 })
+	testwait.Until(t, 5*time.Second, "the told connections closed", func() bool { held, _, _ := p.srv.conns.counts(); return held <= 1 })
 	endWindow()
 	before = dials.Load()
 	for range 3 {
@@ -481,9 +449,9 @@ func TestDrainLeavesIdleHTTP2ToGoaway(t *testing.T) {
 		}
 		return h1n, h2n
 	}
-	until(t, "both connections idle", func() bool { a, b := idle(); return a == 1 && b == 1 })
+	testwait.Until(t, 5*time.Second, "both connections idle", func() bool { a, b := idle(); return a == 1 && b == 1 })
 	p.srv.conns.closeIdle(0)
-	until(t, "the idle HTTP/1 connection closed", func() bool { held, _, _ := p.srv.conns.counts(); return held <= 1 })
+	testwait.Until(t, 5*time.Second, "the idle HTTP/1 connection closed", func() bool { held, _, _ := p.srv.conns.counts(); return held <= 1 })
 	if a, b := idle(); a != 0 || b != 1 {
 		t.Fatalf("after a drain tick: %d idle HTTP/1 and %d idle HTTP/2 connections, want 0 and 1", a, b)
 	}
@@ -497,7 +465,7 @@ func TestDrainLeavesIdleHTTP2ToGoaway(t *testing.T) {
 	// its first word from the proxy after the answer is GOAWAY, not the connection's end.
 	c := dialH2(t, p.data)
 	c.get(t, 1)
-	until(t, "the raw connection idle", func() bool { _, b := idle(); return b == 1 })
+	testwait.Until(t, 5*time.Second, "the raw connection idle", func() bool { _, b := idle(); return b == 1 })
 	p.shutdown()
 	for {
 		f, err := c.fr.ReadFrame()
@@ -604,12 +572,12 @@ func openDrainWindow(t *testing.T, p *running) (end func()) {
 			res.Body.Close()
 		}
 	}()
-	until(t, "the drain window", func() bool { return p.srv.windows.Load() == 1 })
+	testwait.Until(t, 5*time.Second, "the drain window", func() bool { return p.srv.windows.Load() == 1 })
 	return func() {
 		t.Helper()
 		cancel()
 		<-done
-		until(t, "the window to end", func() bool { return p.srv.windows.Load() == 0 })
+		testwait.Until(t, 5*time.Second, "the window to end", func() bool { return p.srv.windows.Load() == 0 })
 	}
 }
 

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/loadshed/loadshed/internal/testwait"
 )
 
 // Attacks of issue "Untrusted clients", each reproduced against the proxy: they failed on the
@@ -42,9 +44,9 @@ func TestUntrustedPriorityCannotJumpTheQueue(t *testing.T) {
 				codes <- [2]int{who, res.StatusCode}
 			}
 			go send(0) // holds the one slot
-			until(t, "the first request upstream", func() bool { return g.waiting.Load() == 1 })
+			testwait.Until(t, 5*time.Second, "the first request upstream", func() bool { return g.waiting.Load() == 1 })
 			go send(1) // the honest waiter, default priority
-			until(t, "the honest waiter queued", func() bool { return h.srv.StageStates()[0].QueueDepth == 1 })
+			testwait.Until(t, 5*time.Second, "the honest waiter queued", func() bool { return h.srv.StageStates()[0].QueueDepth == 1 })
 			go send(2, "X-Loadshed-Priority", "critical_plus", "X-Loadshed-Cost", "1")
 			got := map[int]int{}
 			first := <-codes // the spoofer or the displaced waiter is answered at once
@@ -74,7 +76,7 @@ func TestUntrustedCostCannotGoBelowTheRoute(t *testing.T) {
 		res, _ := get(t, h.front.URL+"/export?wait=1", "X-Loadshed-Cost", "1")
 		done <- res.StatusCode
 	}()
-	until(t, "the export upstream", func() bool { return g.waiting.Load() == 1 })
+	testwait.Until(t, 5*time.Second, "the export upstream", func() bool { return g.waiting.Load() == 1 })
 	if got := h.srv.StageStates()[0].InFlight; got != 5 {
 		t.Fatalf("in flight %v, want the route's cost 5 whatever the client claims", got)
 	}
@@ -198,14 +200,14 @@ func TestSlowReadersHoldNoPermit(t *testing.T) {
 		return c
 	}
 	stall("/small")
-	waitFor(t, 5*time.Second, "the small answer's permit back", func() bool { return hits.Load() == 1 && p.srv.StageStates()[0].InFlight == 0 })
+	testwait.Until(t, 5*time.Second, "the small answer's permit back", func() bool { return hits.Load() == 1 && p.srv.StageStates()[0].InFlight == 0 })
 	if res, _ := rawRequest(t, p.data, "GET /small HTTP/1.1\r\nHost: x\r\n\r\n"); res.StatusCode != 200 {
 		t.Fatalf("behind a stalled reader of a small answer: %d", res.StatusCode)
 	}
 	stall("/large")
-	waitFor(t, 5*time.Second, "the large answer to start", func() bool { return p.srv.StageStates()[0].InFlight == 1 })
+	testwait.Until(t, 5*time.Second, "the large answer to start", func() bool { return p.srv.StageStates()[0].InFlight == 1 })
 	// The writer blocks on the full socket; the idle write timeout ends it.
-	waitFor(t, 5*time.Second, "the stalled large answer cut off", func() bool { return p.srv.StageStates()[0].InFlight == 0 })
+	testwait.Until(t, 5*time.Second, "the stalled large answer cut off", func() bool { return p.srv.StageStates()[0].InFlight == 0 })
 	if res, _ := rawRequest(t, p.data, "GET /small HTTP/1.1\r\nHost: x\r\n\r\n"); res.StatusCode != 200 {
 		t.Fatalf("after a stalled reader of a large answer was cut off: %d", res.StatusCode)
 	}
@@ -249,7 +251,7 @@ func TestConnectionCaps(t *testing.T) {
 		}
 		idle = append(idle, conn{c, r})
 	}
-	waitFor(t, 5*time.Second, "four connections held", func() bool { held, _, _ := p.srv.conns.counts(); return held == 4 })
+	testwait.Until(t, 5*time.Second, "four connections held", func() bool { held, _, _ := p.srv.conns.counts(); return held == 4 })
 	// A fifth client is served: the longest-idle connection made room.
 	c5, r5 := open()
 	if err := ask(c5, r5); err != nil {
@@ -277,7 +279,7 @@ func TestConnectionCapPerSource(t *testing.T) {
 		conns = append(conns, c)
 		defer c.Close()
 	}
-	waitFor(t, 5*time.Second, "two connections held", func() bool { held, _, _ := p.srv.conns.counts(); return held == 2 })
+	testwait.Until(t, 5*time.Second, "two connections held", func() bool { held, _, _ := p.srv.conns.counts(); return held == 2 })
 	c, err := net.Dial("tcp", p.data)
 	if err != nil {
 		t.Fatal(err)

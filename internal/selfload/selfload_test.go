@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/loadshed/loadshed/internal/testwait"
 )
 
 // fakeSched is a cumulative scheduling-latency histogram a test adds wake-ups to.
@@ -243,18 +245,6 @@ func (b *busySwitch) ticked() int {
 	return b.ticks
 }
 
-// waitFor polls cond until it holds; the bound is a guard against a hang, not a timing.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 10 s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // TestTheProbeRunsWhileTheProcessIsBusy: Run's probe sends bytes through its pipe and counts
 // them while the process is busy, sends none while it is idle (its wake-ups would be most of an
 // idle sidecar's CPU), and stops when the context ends.
@@ -267,21 +257,21 @@ func TestTheProbeRunsWhileTheProcessIsBusy(t *testing.T) {
 	go func() { defer close(done); m.Run(ctx, 10*time.Millisecond) }()
 
 	// Idle: ten ticks, in which a probe every 2 ms would have sent dozens.
-	waitFor(t, "ten idle ticks", func() bool { return proc.ticked() >= 10 })
+	testwait.Until(t, 10*time.Second, "ten idle ticks", func() bool { return proc.ticked() >= 10 })
 	if _, n := m.probe.read(); n != 0 {
 		t.Fatalf("idle: %d probes, want none", n)
 	}
 	proc.set(true)
-	waitFor(t, "three probes while busy", func() bool { _, n := m.probe.read(); return n >= 3 })
+	testwait.Until(t, 10*time.Second, "three probes while busy", func() bool { _, n := m.probe.read(); return n >= 3 })
 	if total, n := m.probe.read(); total < 0 || n < 3 {
 		t.Fatalf("probes: %d totalling %v", n, total)
 	}
 	// Idle again: after the tick that sees it, at most the probe already on its way comes
 	// through (two ticks, so the second is wholly after the probes were turned off).
 	proc.set(false)
-	waitFor(t, "two idle ticks", func() bool { return proc.ticked() >= 2 })
+	testwait.Until(t, 10*time.Second, "two idle ticks", func() bool { return proc.ticked() >= 2 })
 	_, before := m.probe.read()
-	waitFor(t, "ten more idle ticks", func() bool { return proc.ticked() >= 12 })
+	testwait.Until(t, 10*time.Second, "ten more idle ticks", func() bool { return proc.ticked() >= 12 })
 	if _, n := m.probe.read(); n > before+1 {
 		t.Fatalf("idle again: %d probes after %d, want at most one more", n, before)
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/loadshed/loadshed/internal/config"
 	"github.com/loadshed/loadshed/internal/gate"
+	"github.com/loadshed/loadshed/internal/testwait"
 	"github.com/loadshed/loadshed/pkg/admission/admissiontest"
 )
 
@@ -235,18 +236,6 @@ func header(t *testing.T, mut *extprocv3.HeaderMutation, name string) string {
 func (e *env) inFlight() int64 { return e.g.Policies()[0].Stats().InFlight }
 func (e *env) queued() int     { return e.g.Policies()[0].Stats().QueuedRequests }
 
-// waitFor waits (at most 5 s) for a condition another goroutine brings about.
-func (e *env) waitFor(what string, cond func() bool) {
-	e.t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			e.t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // histogram returns the sample count and sum of a histogram (all series).
 func (e *env) histogram(name string) (n uint64, sum float64) {
 	mfs, _ := e.reg.Gather()
@@ -322,12 +311,7 @@ func TestAdmittedReleasedAtResponseHeaders(t *testing.T) {
 // pushback in milliseconds and the reason as its message.
 func TestRefusalIsALocalReply(t *testing.T) {
 	e := newEnv(t, "admission: {strategy: inflight, inflight: {limit: 1}}\n")
-	hold := e.open()
-	hold.send(requestHeaders("192.0.2.7:4321"))
-	continued(t, hold.next(t))
-
-	f := e.open()
-	f.send(requestHeaders("192.0.2.8:4321"))
+	_, f := e.holdOneSendNext(t, "192.0.2.8:4321")
 	ir := immediate(t, f.next(t))
 	if ir.GetStatus().GetCode() != 503 || ir.GetGrpcStatus() != nil {
 		t.Errorf("status %v grpc %v, want 503 and no grpc-status", ir.GetStatus(), ir.GetGrpcStatus())
@@ -363,18 +347,40 @@ func TestRefusalIsALocalReply(t *testing.T) {
 // upstreamTimeout, the queue's expiry and the second's answer deadline.
 const queuedTimers = 3
 
+// admitted opens a stream, sends Envoy's first message m and asserts that the door lets the
+// request through (CONTINUE): its permit is held until the test goes on.
+func (e *env) admitted(t *testing.T, m *extprocv3.ProcessingRequest) *fakeStream {
+	t.Helper()
+	f := e.open()
+	f.send(m)
+	continued(t, f.next(t))
+	return f
+}
+
+// holdOneSendNext admits a first request (from 192.0.2.7) and leaves its stream open, so that it
+// holds its permit until the test sends its response headers; then it sends the headers of a
+// second request from source on a stream of its own, to queue or be refused behind the first.
+func (e *env) holdOneSendNext(t *testing.T, source string) (hold, next *fakeStream) {
+	t.Helper()
+	hold = e.admitted(t, requestHeaders("192.0.2.7:4321"))
+	next = e.open()
+	next.send(requestHeaders(source))
+	return hold, next
+}
+
+// waitQueuedTimers waits until the second request is queued and its timers are armed.
+func (e *env) waitQueuedTimers(t *testing.T) {
+	t.Helper()
+	testwait.Until(t, 5*time.Second, "the queued request's timers", func() bool { return e.queued() == 1 && e.clk.Pending() == queuedTimers })
+}
+
 // TestQueuedAnsweredInTime: a request that waits in a queue whose maxWait fits Envoy's message
 // timeout holds its answer without asking for more time, and is refused with 503 and
 // Retry-After at maxWait, before Envoy's timer.
 func TestQueuedAnsweredInTime(t *testing.T) {
 	e := newEnv(t, "admission: {strategy: bounded-queue, boundedQueue: {concurrency: 1, depth: 2, maxWait: 150ms}}\n")
-	hold := e.open()
-	hold.send(requestHeaders("192.0.2.7:4321"))
-	continued(t, hold.next(t))
-
-	f := e.open()
-	f.send(requestHeaders("192.0.2.8:4321"))
-	e.waitFor("the queued request's timers", func() bool { return e.queued() == 1 && e.clk.Pending() == queuedTimers })
+	_, f := e.holdOneSendNext(t, "192.0.2.8:4321")
+	e.waitQueuedTimers(t)
 	e.clk.Advance(149 * time.Millisecond)
 	select {
 	case m := <-f.out:
@@ -397,17 +403,12 @@ func TestQueuedAnsweredInTime(t *testing.T) {
 func TestQueuedAsksForMoreTime(t *testing.T) {
 	e := newEnv(t, "extProc: {listen: 127.0.0.1:9002, maxMessageTimeout: 2s}\n"+
 		"admission: {strategy: bounded-queue, boundedQueue: {concurrency: 1, depth: 2, maxWait: 1s}}\n")
-	hold := e.open()
-	hold.send(requestHeaders("192.0.2.7:4321"))
-	continued(t, hold.next(t))
-
-	f := e.open()
-	f.send(requestHeaders("192.0.2.8:4321"))
+	hold, f := e.holdOneSendNext(t, "192.0.2.8:4321")
 	ov := f.next(t)
 	if ov.GetResponse() != nil || ov.GetOverrideMessageTimeout().AsDuration() != 1060*time.Millisecond {
 		t.Fatalf("want a lone override of 1.06s (1s wait, its margin, 10ms), got %v", ov)
 	}
-	e.waitFor("the queued request's timers", func() bool { return e.queued() == 1 && e.clk.Pending() == queuedTimers })
+	e.waitQueuedTimers(t)
 	e.clk.Advance(500 * time.Millisecond) // past Envoy's first 200ms: the override holds it
 	hold.send(responseHeaders(":status", "200"))
 	hold.next(t)
@@ -425,13 +426,8 @@ func TestQueuedAsksForMoreTime(t *testing.T) {
 // as a queue timeout AnswerMargin before Envoy's message timeout, never left to Envoy's 504.
 func TestAnswerDueBeforeEnvoysTimer(t *testing.T) {
 	e := newEnv(t, "admission: {strategy: bounded-queue, boundedQueue: {concurrency: 1, depth: 2, maxWait: 5s}}\n")
-	hold := e.open()
-	hold.send(requestHeaders("192.0.2.7:4321"))
-	continued(t, hold.next(t))
-
-	f := e.open()
-	f.send(requestHeaders("192.0.2.8:4321"))
-	e.waitFor("the queued request's timers", func() bool { return e.queued() == 1 && e.clk.Pending() == queuedTimers })
+	_, f := e.holdOneSendNext(t, "192.0.2.8:4321")
+	e.waitQueuedTimers(t)
 	due := 200*time.Millisecond - config.AnswerMargin(200*time.Millisecond)
 	e.clk.Advance(due - time.Millisecond)
 	select {
@@ -459,12 +455,8 @@ func TestAnswerDueBeforeEnvoysTimer(t *testing.T) {
 // its place in the queue is freed, it is counted as canceled, and it never reaches the upstream.
 func TestClientLeavesWhileQueued(t *testing.T) {
 	e := newEnv(t, "admission: {strategy: bounded-queue, boundedQueue: {concurrency: 1, depth: 2, maxWait: 150ms}}\n")
-	hold := e.open()
-	hold.send(requestHeaders("192.0.2.7:4321"))
-	continued(t, hold.next(t))
-	f := e.open()
-	f.send(requestHeaders("192.0.2.8:4321"))
-	e.waitFor("the request queued", func() bool { return e.queued() == 1 })
+	_, f := e.holdOneSendNext(t, "192.0.2.8:4321")
+	testwait.Until(t, 5*time.Second, "the request queued", func() bool { return e.queued() == 1 })
 	f.reset(t)
 	if e.queued() != 0 || e.inFlight() != 1 {
 		t.Errorf("queued %d, in flight %d: want 0 and the first one only", e.queued(), e.inFlight())
@@ -485,9 +477,7 @@ func TestClientLeavesWhileQueued(t *testing.T) {
 func TestEarlyCloseReleases(t *testing.T) {
 	e := newEnv(t, "admission: {strategy: adaptive, adaptive: {initialLimit: 4}}\n")
 	for _, how := range []string{"reset", "eof"} {
-		f := e.open()
-		f.send(requestHeaders("192.0.2.7:4321"))
-		continued(t, f.next(t))
+		f := e.admitted(t, requestHeaders("192.0.2.7:4321"))
 		if e.inFlight() != 1 {
 			t.Fatalf("%s: in flight %d, want 1", how, e.inFlight())
 		}
@@ -517,9 +507,7 @@ func TestEarlyCloseReleases(t *testing.T) {
 func TestUpstreamFailureIsAnOutcome(t *testing.T) {
 	e := newEnv(t, "admission: {strategy: inflight, inflight: {limit: 4}}\n")
 	for _, code := range []string{"503", "504"} {
-		f := e.open()
-		f.send(requestHeaders("192.0.2.7:4321"))
-		continued(t, f.next(t))
+		f := e.admitted(t, requestHeaders("192.0.2.7:4321"))
 		f.send(responseHeaders(":status", code, "content-type", "text/plain"))
 		f.next(t)
 		f.reset(t)
@@ -536,10 +524,8 @@ func TestUpstreamFailureIsAnOutcome(t *testing.T) {
 // upstreamTimeout gives its permit back as dropped, though its stream goes on.
 func TestHungUpstreamWithoutRouteTimeout(t *testing.T) {
 	e := newEnv(t, "upstreamTimeout: 2s\nadmission: {strategy: inflight, inflight: {limit: 1}}\n")
-	f := e.open()
-	f.send(requestHeaders("192.0.2.7:4321"))
-	continued(t, f.next(t))
-	e.waitFor("the upstream timer", func() bool { return e.clk.Pending() == 1 })
+	f := e.admitted(t, requestHeaders("192.0.2.7:4321"))
+	testwait.Until(t, 5*time.Second, "the upstream timer", func() bool { return e.clk.Pending() == 1 })
 	e.clk.Advance(2 * time.Second)
 	if e.inFlight() != 0 {
 		t.Errorf("in flight %d after upstreamTimeout, want 0", e.inFlight())
@@ -583,9 +569,7 @@ func TestGRPCCallEndsAtTrailers(t *testing.T) {
 	}
 
 	// A trailers-only answer (Envoy's local reply to a gRPC call is one) ends at its headers.
-	f = e.open()
-	f.send(grpcHeaders("192.0.2.7:4321"))
-	continued(t, f.next(t))
+	f = e.admitted(t, grpcHeaders("192.0.2.7:4321"))
 	f.send(responseHeaders(":status", "200", "content-type", "application/grpc", "grpc-status", "0"))
 	f.next(t)
 	if e.inFlight() != 0 {
@@ -595,9 +579,7 @@ func TestGRPCCallEndsAtTrailers(t *testing.T) {
 
 	// Without trailers (an Envoy that does not allow mode overrides), the call is read at its
 	// headers.
-	f = e.open()
-	f.send(grpcHeaders("192.0.2.7:4321"))
-	continued(t, f.next(t))
+	f = e.admitted(t, grpcHeaders("192.0.2.7:4321"))
 	f.send(responseHeaders(":status", "200", "content-type", "application/grpc"))
 	f.next(t)
 	f.reset(t)
@@ -618,9 +600,7 @@ func TestGRPCStatusClassifiedAsByTheHTTPDoor(t *testing.T) {
 	e := newEnv(t, "admission: {strategy: adaptive, adaptive: {initialLimit: 20, minLimit: 1, maxLimit: 20, slowStart: 0s, window: 1ms}}\n")
 	limit := func() float64 { return e.g.StageStates()[0].Limit }
 	end := func(trailersOnly bool, kv ...string) {
-		f := e.open()
-		f.send(grpcHeaders("192.0.2.7:4321"))
-		continued(t, f.next(t))
+		f := e.admitted(t, grpcHeaders("192.0.2.7:4321"))
 		e.clk.Advance(2 * time.Millisecond)
 		if trailersOnly {
 			f.send(responseHeaders(append([]string{":status", "200", "content-type", "application/grpc"}, kv...)...))
@@ -659,10 +639,8 @@ func TestGRPCStatusClassifiedAsByTheHTTPDoor(t *testing.T) {
 // back.
 func TestGRPCLongCallTakenForAStream(t *testing.T) {
 	e := newEnv(t, "grpc: {streamAfter: 1s}\nadmission: {strategy: inflight, inflight: {limit: 4}}\n")
-	f := e.open()
-	f.send(grpcHeaders("192.0.2.7:4321"))
-	continued(t, f.next(t))
-	e.waitFor("the stream timer", func() bool { return e.clk.Pending() == 1 })
+	e.admitted(t, grpcHeaders("192.0.2.7:4321")) // the call stays open
+	testwait.Until(t, 5*time.Second, "the stream timer", func() bool { return e.clk.Pending() == 1 })
 	e.clk.Advance(time.Second)
 	if e.inFlight() != 0 {
 		t.Errorf("in flight %d after streamAfter", e.inFlight())
@@ -744,11 +722,7 @@ func TestMisconfiguredFilter(t *testing.T) {
 // a standard one.
 func TestUnknownStatusCode(t *testing.T) {
 	e := newEnv(t, "statusCodes: {concurrencyLimit: 599}\nadmission: {strategy: inflight, inflight: {limit: 1}}\n")
-	hold := e.open()
-	hold.send(requestHeaders("192.0.2.7:4321"))
-	continued(t, hold.next(t))
-	f := e.open()
-	f.send(requestHeaders("192.0.2.7:4321"))
+	_, f := e.holdOneSendNext(t, "192.0.2.7:4321")
 	if ir := immediate(t, f.next(t)); ir.GetStatus().GetCode() != 503 {
 		t.Errorf("status %v, want 503 for 599", ir.GetStatus().GetCode())
 	}
