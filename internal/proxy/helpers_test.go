@@ -10,7 +10,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/loadshed/loadshed/internal/config"
-	"github.com/loadshed/loadshed/internal/testwait"
 )
 
 // running is a proxy a test started from YAML.
@@ -94,16 +93,3 @@ type idleSelf struct{}
 
 func (idleSelf) Delay() time.Duration { return 0 }
 func (idleSelf) Shed() float64        { return 0 }
-
-// until and waitFor are testwait.Until under the names tls_test.go calls; the other tests call
-// testwait.Until itself. (tls_test.go is being changed on another branch: once that has landed,
-// its calls become testwait.Until too and these two go.)
-func until(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	testwait.Until(t, 5*time.Second, what, cond)
-}
-
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	testwait.Until(t, within, what, cond)
-}

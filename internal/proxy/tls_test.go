@@ -18,6 +18,7 @@ import (
 
 	"github.com/loadshed/loadshed/internal/certs/certstest"
 	"github.com/loadshed/loadshed/internal/config"
+	"github.com/loadshed/loadshed/internal/testwait"
 )
 
 // writeCert writes a fresh self-signed certificate for 127.0.0.1 with the given serial into
@@ -125,9 +126,9 @@ func TestTLSServesHTTP2ByALPNAndRotatesItsCertificate(t *testing.T) {
 			}
 		}()
 	}
-	waitFor(t, 5*time.Second, "load with the first certificate", func() bool { return sent.Load() > 50 && seen.Load() == 1 })
+	testwait.Until(t, 5*time.Second, "load with the first certificate", func() bool { return sent.Load() > 50 && seen.Load() == 1 })
 	writeCert(t, dir, 2)
-	waitFor(t, 10*time.Second, "a handshake with the rotated certificate", func() bool { return seen.Load() == 2 })
+	testwait.Until(t, 10*time.Second, "a handshake with the rotated certificate", func() bool { return seen.Load() == 2 })
 	cancel()
 	wg.Wait()
 	if failed.Load() != 0 {
@@ -158,7 +159,7 @@ func TestTLSIdleHTTP2LeftToGoaway(t *testing.T) {
 		}
 		return false
 	}
-	until(t, "the connection idle", idle)
+	testwait.Until(t, 5*time.Second, "the connection idle", idle)
 	p.srv.conns.closeIdle(0)
 	if held, _, _ := p.srv.conns.counts(); held != 1 {
 		t.Fatalf("%d connections held after a drain tick, want the idle HTTP/2 one", held)
@@ -201,7 +202,7 @@ func TestWebSocketUpgrade(t *testing.T) {
 		t.Fatalf("echo: %q %v", msg, err)
 	}
 	// The socket is open, its permit is back: a limit of 1 still admits a request.
-	waitFor(t, 5*time.Second, "the upgrade's permit back", func() bool { return p.srv.StageStates()[0].InFlight == 0 })
+	testwait.Until(t, 5*time.Second, "the upgrade's permit back", func() bool { return p.srv.StageStates()[0].InFlight == 0 })
 	res2, err := http.Get("http://" + p.data + "/other")
 	if err != nil {
 		t.Fatal(err)
