@@ -330,3 +330,35 @@ func joinOr(items []string) string {
 	}
 	return s + " or " + items[len(items)-1]
 }
+
+// rated is a settings block that admits at a configured rate (token-bucket, leaky-bucket).
+type rated interface{ rate() float64 }
+
+func (b *TokenBucket) rate() float64 { return b.Rate }
+func (b *LeakyBucket) rate() float64 { return b.Rate }
+
+// Rate is the request rate the strategy admits at most, per second (for a chain, its lowest
+// rate stage); 0 for a strategy that limits no rate. A load report's utilization of a rate
+// strategy is the admitted share of it.
+func (a *Admission) Rate() float64 {
+	k, ok := Lookup(a.Strategy)
+	if !ok {
+		return 0
+	}
+	var blocks []Block
+	switch {
+	case k.Name == StrategyChain:
+		for i := range a.Chain {
+			blocks = append(blocks, a.Chain[i].Block())
+		}
+	case k.New != nil:
+		blocks = append(blocks, a.block(k))
+	}
+	lowest := 0.0
+	for _, b := range blocks {
+		if r, ok := b.(rated); ok && r.rate() > 0 && (lowest == 0 || r.rate() < lowest) {
+			lowest = r.rate()
+		}
+	}
+	return lowest
+}

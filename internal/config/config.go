@@ -64,6 +64,8 @@ type Config struct {
 	Reload  Reload   `yaml:"reload"`
 	// ExtProc serves Envoy's external processor protocol beside (or instead of) the data port.
 	ExtProc ExtProc `yaml:"extProc"`
+	// LoadReports tells balancers how loaded this replica is (ORCA load reports).
+	LoadReports LoadReports `yaml:"loadReports"`
 
 	// warnings are what the file asked for that is accepted but has no effect.
 	warnings []string
@@ -120,6 +122,22 @@ func (c GRPCCodes) fields() []statusField {
 
 // ByReason returns the gRPC status of every refusal reason.
 func (c GRPCCodes) ByReason() map[admission.Reason]int { return StatusCodes(c).ByReason() }
+
+// LoadReports are the load reports the sidecar gives balancers: ORCA (xds.data.orca.v3), the
+// format Envoy's client_side_weighted_round_robin policy and gRPC's weighted_round_robin balancer
+// weight endpoints by.
+type LoadReports struct {
+	// ORCA puts a report on every answer (endpoint-load-metrics on HTTP answers,
+	// endpoint-load-metrics-bin in a gRPC call's trailers, refusals included) and serves the
+	// out-of-band stream xds.service.orca.v3.OpenRcaService/StreamCoreMetrics on the data port.
+	ORCA bool `yaml:"orca"`
+	// TrustedOnly gives reports only to callers the trust settings trust (the reports disclose
+	// the pod's load).
+	TrustedOnly bool `yaml:"trustedOnly"`
+	// MinInterval is the shortest interval between out-of-band reports a client may ask for
+	// (at least 1s).
+	MinInterval Duration `yaml:"minInterval"`
+}
 
 // Shutdown is what happens after SIGTERM.
 type Shutdown struct {
@@ -256,6 +274,7 @@ func Default() Config {
 				Draining: 14, Deadline: 4, ClientLimited: 8, Denied: 7, SidecarOverload: 14},
 			MaxMessageBytes: 4 << 20,
 		},
+		LoadReports: LoadReports{MinInterval: Duration(time.Second)},
 		Shutdown: Shutdown{
 			DrainDelay:  Duration(5 * time.Second),
 			GracePeriod: Duration(20 * time.Second),
@@ -455,6 +474,7 @@ func (c *Config) Validate(errs *Problems) {
 		}
 	}
 	positive(errs, "upstreamTimeout", c.UpstreamTimeout)
+	c.validateLoadReports(errs)
 	nonNegative(errs, "shutdown.drainDelay", c.Shutdown.DrainDelay)
 	positive(errs, "shutdown.gracePeriod", c.Shutdown.GracePeriod)
 	positive(errs, "server.readHeaderTimeout", c.Server.ReadHeaderTimeout)
@@ -651,4 +671,16 @@ func (e *Problems) Fields() []string {
 		out[i] = p.Field
 	}
 	return out
+}
+
+// validateLoadReports checks the load reports: a report says how much of the replica's capacity
+// is in use, so the strategy must have one.
+func (c *Config) validateLoadReports(errs *Problems) {
+	lr := c.LoadReports
+	if lr.MinInterval.D() < time.Second {
+		errs.add("loadReports.minInterval", "must be at least 1s, got %s", lr.MinInterval.D())
+	}
+	if lr.ORCA && c.Admission.Strategy == StrategyNone {
+		errs.add("loadReports.orca", "needs an admission strategy with a capacity to report against; admission.strategy is none (choose one, or turn the reports off)")
+	}
 }

@@ -33,6 +33,8 @@ type Gate struct {
 	replicaID    string
 	mu           sync.Mutex // held by Update and Close
 	closed       bool
+
+	loads loadSampler // the load reports' source (loadReports.orca)
 }
 
 // SelfLoad is the sidecar's watch on its own CPU (internal/selfload).
@@ -84,6 +86,7 @@ func New(cfg *config.Config, opts Options) (*Gate, error) {
 		return nil, err
 	}
 	g.state.Store(st)
+	g.startLoads(cfg)
 	return g, nil
 }
 
@@ -115,6 +118,7 @@ func (g *Gate) Update(cfg *config.Config) error {
 		return err
 	}
 	g.state.Store(st)
+	g.startLoads(cfg)
 	if retired != nil {
 		_ = retired.Close()
 	}
@@ -186,6 +190,8 @@ type Refusal struct {
 	RetryAfter time.Duration
 	// GRPCCode is the grpc-status a refused gRPC call gets (grpc.statusCodes).
 	GRPCCode int
+
+	load *loadSnap // the load report for the caller, if any (Headers adds it)
 }
 
 // Field is one header a door sets.
@@ -197,17 +203,18 @@ type Field struct{ Name, Value string }
 // content-type, grpc-status and grpc-message are the door's to write in its own framing.)
 func (r *Refusal) Headers(grpc bool) []Field {
 	if grpc {
+		f := []Field{{"X-Loadshed-Reason", string(r.Reason)}}
 		if v := r.PushbackMillis(); v != "" {
-			return []Field{{"X-Loadshed-Reason", string(r.Reason)}, {"Grpc-Retry-Pushback-Ms", v}}
+			f = append(f, Field{"Grpc-Retry-Pushback-Ms", v})
 		}
-		return []Field{{"X-Loadshed-Reason", string(r.Reason)}}
+		return append(f, r.load.fields(true)...)
 	}
 	f := []Field{{"Content-Type", "text/plain; charset=utf-8"}, {"X-Content-Type-Options", "nosniff"},
 		{"Cache-Control", "no-store"}, {"X-Loadshed-Reason", string(r.Reason)}}
 	if v := r.RetryAfterHeader(); v != "" {
 		f = append(f, Field{"Retry-After", v})
 	}
-	return f
+	return append(f, r.load.fields(false)...)
 }
 
 func (r *Refusal) Error() string {
@@ -270,6 +277,7 @@ func (g *Gate) Admit(ctx context.Context, r *Request, queued func(admission.Queu
 	p, routeCost, streaming, clients := st.match(r.Method, r.Path)
 	door := r.Door
 	now := g.clock.Now()
+	reports := st.cfg.LoadReports.ORCA && (!st.cfg.LoadReports.TrustedOnly || st.spec.trust != nil && st.spec.trust.trusted(r.Header, r.Peer))
 	req, herr := st.spec.parseRequest(r.Header, r.Peer, now, routeCost)
 	if herr != nil {
 		// A malformed admission header is the client's mistake: 400 naming the header.
@@ -286,14 +294,14 @@ func (g *Gate) Admit(ctx context.Context, r *Request, queued func(admission.Queu
 		if share := g.self.Shed(); share > 0 && rand.Float64() < share {
 			rej := &admission.Rejection{Reason: admission.ReasonSidecarOverload, Stage: "sidecar", RetryAfter: time.Second}
 			if !g.dryRun(p, door, req, rej) {
-				return nil, g.refuse(st, p, door, req, rej)
+				return nil, g.refuse(st, p, door, req, reports, rej)
 			}
 		}
 	}
 	if clients != nil {
 		// Bounded by the quota store's timeout; a store that fails is decided locally.
 		if rej := clients.Check(ctx, now, req.Key, req.Cost); rej != nil && !g.dryRun(p, door, req, rej) {
-			return nil, g.refuse(st, p, door, req, rej)
+			return nil, g.refuse(st, p, door, req, reports, rej)
 		}
 	}
 	if !req.Deadline.IsZero() {
@@ -303,11 +311,11 @@ func (g *Gate) Admit(ctx context.Context, r *Request, queued func(admission.Queu
 		if exp := p.latency.value(); !req.Deadline.After(now) || exp > 0 && req.Deadline.Sub(now) < exp {
 			rej := &admission.Rejection{Reason: admission.ReasonDeadline, Stage: p.strategy}
 			if !g.dryRun(p, door, req, rej) {
-				return nil, g.refuse(st, p, door, req, rej)
+				return nil, g.refuse(st, p, door, req, reports, rej)
 			}
 		}
 	}
-	pass := &Pass{p: p, spec: &st.spec, gate: g, door: door, start: now, streaming: streaming,
+	pass := &Pass{p: p, spec: &st.spec, gate: g, door: door, start: now, streaming: streaming, reports: reports,
 		grpc: st.spec.grpcTimeout && r.Header.Get("Grpc-Timeout") != "", call: r.GRPC || r.Door == DoorGRPC}
 	switch {
 	case streaming:
@@ -329,25 +337,27 @@ func (g *Gate) Admit(ctx context.Context, r *Request, queued func(admission.Queu
 			g.dryRun(p, door, req, rej)
 		}
 		pass.held = err == nil
+		p.m.admittedN.Add(1)
 		return pass, nil
 	}
 	pass.permit, err = p.limiter.AdmitNotify(ctx, req, queued)
 	if err != nil {
 		var rej *admission.Rejection
 		if errors.As(err, &rej) {
-			return nil, g.refuse(st, p, door, req, rej)
+			return nil, g.refuse(st, p, door, req, reports, rej)
 		}
 		if errors.Is(context.Cause(ctx), ErrAnswerDue) {
 			// The door cannot hold the request longer: a queue timeout, whose retry hint is the
 			// wait it has had.
 			waited := max(g.clock.Now().Sub(now), time.Millisecond)
-			return nil, g.refuse(st, p, door, req, &admission.Rejection{Reason: admission.ReasonQueueTimeout, RetryAfter: waited, Stage: p.strategy})
+			return nil, g.refuse(st, p, door, req, reports, &admission.Rejection{Reason: admission.ReasonQueueTimeout, RetryAfter: waited, Stage: p.strategy})
 		}
 		// The client went away while it waited: no answer, no upstream call.
 		p.m.count(door, OutcomeCanceled, 499)
 		return nil, err
 	}
 	pass.held = true
+	p.m.admittedN.Add(1)
 	p.m.queueWait.Observe(pass.permit.Waited.Seconds())
 	return pass, nil
 }
@@ -369,7 +379,7 @@ func stageOf(p *Policy, rej *admission.Rejection) string {
 }
 
 // refuse counts a shed and returns its Refusal.
-func (g *Gate) refuse(st *state, p *Policy, door DoorKind, req admission.Request, rej *admission.Rejection) *Refusal {
+func (g *Gate) refuse(st *state, p *Policy, door DoorKind, req admission.Request, reports bool, rej *admission.Rejection) *Refusal {
 	code, grpcCode := 503, 14
 	if i := reasonIndex(rej.Reason); i >= 0 {
 		code, grpcCode = st.status[i], st.grpc[i]
@@ -377,7 +387,11 @@ func (g *Gate) refuse(st *state, p *Policy, door DoorKind, req admission.Request
 	stage := stageOf(p, rej)
 	p.m.refused(door, stage, rej.Reason, req.Priority, false)
 	p.m.count(door, OutcomeShed, code)
-	return &Refusal{Reason: rej.Reason, Stage: stage, Status: code, RetryAfter: rej.RetryAfter, GRPCCode: grpcCode}
+	ref := &Refusal{Reason: rej.Reason, Stage: stage, Status: code, RetryAfter: rej.RetryAfter, GRPCCode: grpcCode}
+	if reports {
+		ref.load = g.loads.snap.Load()
+	}
+	return ref
 }
 
 // Streaming reports whether a request of this method and path is on a streaming route.

@@ -228,7 +228,7 @@ func TestTheGateWatchesExchanges(t *testing.T) {
 		g, clk, reg := newGate(t, "admission: {strategy: inflight, inflight: {limit: 2}}\ngrpc: {streamAfter: 5s}\n")
 		p := admit(t, g, grpcCall())
 		p.Forward(clk.Now())
-		if next := p.Answered(Answer{Status: 200, ContentType: "application/grpc", At: clk.Now()}); next != NextTrailers {
+		if next, _ := p.Answered(Answer{Status: 200, ContentType: "application/grpc", At: clk.Now()}); next != NextTrailers {
 			t.Fatalf("a call without a status in its headers: next %v, want NextTrailers", next)
 		}
 		clk.Advance(4 * time.Second)

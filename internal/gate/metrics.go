@@ -44,6 +44,8 @@ type policyMetrics struct {
 	// per-client limits) and the name of every stage of its core.
 	stages          []string
 	shedTab, dryTab []atomic.Pointer[counterRef] // [stage][reason][priority][door]
+	// The load report's counts: admitted, refused and failed upstream, since the policy began.
+	admittedN, shedN, failedN atomic.Int64
 }
 
 type codeTable [500]atomic.Pointer[counterRef]
@@ -73,6 +75,12 @@ func newPolicyMetrics(m *metrics.Proxy, route, strategy string, stages []string)
 
 // count adds one request to loadshed_requests_total.
 func (pm *policyMetrics) count(door DoorKind, o Outcome, code int) {
+	switch o {
+	case OutcomeShed:
+		pm.shedN.Add(1)
+	case OutcomeUpstreamError, OutcomeUpstreamTimeout:
+		pm.failedN.Add(1)
+	}
 	outcome := o.String()
 	if code < 100 || code > 599 {
 		pm.requests.WithLabelValues(door.String(), outcome, strconv.Itoa(code)).Inc()
@@ -118,4 +126,9 @@ func store(slot *atomic.Pointer[counterRef], c prometheus.Counter) prometheus.Co
 		return c
 	}
 	return slot.Load().c
+}
+
+// counts are the load report's counts now.
+func (pm *policyMetrics) counts() policyCounts {
+	return policyCounts{admitted: pm.admittedN.Load(), refused: pm.shedN.Load(), failed: pm.failedN.Load()}
 }

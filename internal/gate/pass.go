@@ -43,6 +43,7 @@ type Pass struct {
 	grpc     bool // the client sent grpc-timeout
 	call     bool // a gRPC call (Request.GRPC)
 	quiet    bool // the call's status is a failure that says nothing about load (CallEnded)
+	reports  bool // the caller gets load reports (loadReports)
 	fwdSet   [2]Field
 
 	streaming bool // a streaming route
@@ -138,11 +139,22 @@ const (
 	NextEnded
 )
 
-// Answered records the upstream's response headers and says what the door does with the rest.
+// Answered records the upstream's response headers and says what the door does with the rest,
+// and which fields it adds to the answer: the load report (loadReports.orca), in the headers of
+// an HTTP answer and of a gRPC call that ends in them (NextEnded), in the trailers of one that
+// ends there (NextTrailers). The fields are shared: the door copies them, never changes them.
 // The status decides the outcome (5xx an upstream error, 4xx the client's); the time since
 // Forward is the latency sample unless the answer is a stream, or a gRPC call (whose sample is
 // its whole duration, taken at CallEnded).
-func (ps *Pass) Answered(a Answer) Next {
+func (ps *Pass) Answered(a Answer) (Next, []Field) {
+	next := ps.answered(a)
+	if !ps.reports {
+		return next, nil
+	}
+	return next, ps.gate.loads.snap.Load().fields(ps.call && a.Status == 200)
+}
+
+func (ps *Pass) answered(a Answer) Next {
 	if ps.call && a.Status == 200 {
 		ps.responded(a.Status, a.At, ps.streaming)
 		switch {

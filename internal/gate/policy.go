@@ -20,6 +20,7 @@ type Policy struct {
 	limiter  *admission.Limiter // the strategy's core; "none" admits everything
 	stages   []string           // stage names, for the gauges
 	dryRun   bool
+	rate     float64 // the strategy's rate limit per second (0: none), for the load report
 	// latency is a moving average of the route's upstream latency (successful, non-streaming
 	// answers), used to refuse requests whose deadline is shorter than the expected service.
 	latency ewma
@@ -31,7 +32,7 @@ func newPolicy(route string, a *config.Admission, m *metrics.Proxy, clock admiss
 	if err != nil {
 		return nil, err
 	}
-	p := &Policy{route: route, strategy: a.Strategy, cfg: *a, dryRun: a.DryRun,
+	p := &Policy{route: route, strategy: a.Strategy, cfg: *a, dryRun: a.DryRun, rate: a.Rate(),
 		limiter: admission.NewLimiter(core, admission.WithClock(clock))}
 	for _, s := range admission.Stages(core) {
 		p.stages = append(p.stages, s.Name())

@@ -101,6 +101,7 @@ func (g *Gate) Close() error {
 		return nil
 	}
 	g.closed = true
+	g.stopLoads()
 	if s := g.state.Load().quotas.store; s != nil {
 		return s.Close()
 	}

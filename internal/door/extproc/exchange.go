@@ -32,6 +32,8 @@ type exchange struct {
 	answered bool
 	// headersAt is when a call's response headers came, while it waits for its trailers.
 	headersAt time.Time
+	// report is the load report a call's trailers get (loadReports).
+	report []gate.Field
 }
 
 // callMode is the processing mode a gRPC call asks for once admitted: its response headers and
@@ -160,11 +162,15 @@ func (x *exchange) follow() {
 		resp := &extprocv3.ProcessingResponse{}
 		switch m := msg.Request.(type) {
 		case *extprocv3.ProcessingRequest_ResponseHeaders:
-			x.responseHeaders(headerList(m.ResponseHeaders.GetHeaders().GetHeaders()), now)
-			resp.Response = &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}
+			set := x.responseHeaders(headerList(m.ResponseHeaders.GetHeaders().GetHeaders()), now)
+			resp.Response = &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{Response: mutation(set)}}
 		case *extprocv3.ProcessingRequest_ResponseTrailers:
-			x.responseTrailers(headerList(m.ResponseTrailers.GetTrailers().GetHeaders()), now)
-			resp.Response = &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}
+			set := x.responseTrailers(headerList(m.ResponseTrailers.GetTrailers().GetHeaders()), now)
+			var tr *extprocv3.HeaderMutation
+			if len(set) > 0 {
+				tr = &extprocv3.HeaderMutation{SetHeaders: options(set)}
+			}
+			resp.Response = &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{HeaderMutation: tr}}
 		// Phases loadshed does not need, when the filter sends them anyway: let them through.
 		case *extprocv3.ProcessingRequest_RequestBody:
 			resp.Response = &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{}}
@@ -184,34 +190,46 @@ func (x *exchange) follow() {
 
 // responseHeaders reports the answer to the gate. A gRPC call ends at its grpc-status: in these
 // headers (a trailers-only answer, as Envoy's own local replies to gRPC are), else in its
-// trailers. The processor never sees a body: the permit goes back at the headers otherwise.
-func (x *exchange) responseHeaders(h headerList, now time.Time) {
+// trailers. The processor never sees a body: the permit goes back at the headers otherwise. It
+// returns the fields the answer's headers get (the load report).
+func (x *exchange) responseHeaders(h headerList, now time.Time) []gate.Field {
 	if x.answered {
-		return
+		return nil
 	}
 	code, err := strconv.Atoi(h.Get(":status"))
 	if err != nil || code < 100 || code > 599 {
 		code = http.StatusBadGateway
 	}
-	next := x.pass.Answered(gate.Answer{Status: code, ContentType: h.Get("content-type"),
+	next, report := x.pass.Answered(gate.Answer{Status: code, ContentType: h.Get("content-type"),
 		GRPCStatus: h.Get("grpc-status"), GRPCMessage: h.Get("grpc-message"), At: now})
 	switch next {
 	case gate.NextTrailers:
-		x.headersAt = now
-		return
+		x.headersAt, x.report = now, report
+		return nil
 	case gate.NextBody:
 		x.pass.Complete()
 	}
 	x.answered = true
+	return report
 }
 
-// responseTrailers ends a gRPC call with its final grpc-status.
-func (x *exchange) responseTrailers(h headerList, now time.Time) {
+// responseTrailers ends a gRPC call with its final grpc-status; it returns the fields the
+// trailers get (the load report).
+func (x *exchange) responseTrailers(h headerList, now time.Time) []gate.Field {
 	if x.answered || !x.call || x.headersAt.IsZero() {
-		return
+		return nil
 	}
 	x.pass.CallEnded(h.Get("grpc-status"), h.Get("grpc-message"), now)
 	x.answered = true
+	return x.report
+}
+
+// mutation is a CommonResponse that sets fs (nil when there is nothing to set).
+func mutation(fs []gate.Field) *extprocv3.CommonResponse {
+	if len(fs) == 0 {
+		return nil
+	}
+	return &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: options(fs)}}
 }
 
 // ended settles a stream that ended before its answer was complete. Envoy sends its own local

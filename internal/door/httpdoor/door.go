@@ -237,7 +237,11 @@ func (d *Door) refuse(w http.ResponseWriter, err error, grpc bool) {
 	var bad *gate.ClientError
 	switch {
 	case errors.As(err, &rej) && grpc:
-		writeGRPCStatus(w, rej.GRPCCode, rej.GRPCMessage(), rej.PushbackMillis(), string(rej.Reason))
+		hdr := w.Header()
+		for _, f := range rej.Headers(true) { // the reason, the pushback, the load report
+			hdr.Set(f.Name, f.Value)
+		}
+		writeGRPCStatus(w, rej.GRPCCode, rej.GRPCMessage(), "", "")
 	case errors.As(err, &rej):
 		hdr := w.Header()
 		for _, f := range rej.Headers(false) {

@@ -124,7 +124,7 @@ func (x *exchange) forward(ctx context.Context) {
 		return
 	}
 	if res.StatusCode == http.StatusSwitchingProtocols {
-		x.pass.Answered(gate.Answer{Status: res.StatusCode, At: x.d.clock.Now()}) // a stream
+		x.pass.Answered(gate.Answer{Status: res.StatusCode, At: x.d.clock.Now()}) // a stream (no report: the answer is the upstream's own)
 		x.switchProtocols(ctx, out, res)
 		return
 	}
@@ -265,7 +265,8 @@ func (x *exchange) respond(res *http.Response) {
 		a.GRPCStatus, a.GRPCMessage = res.Header.Get("Grpc-Status"), res.Header.Get("Grpc-Message")
 	}
 	var holdErr error
-	switch x.pass.Answered(a) {
+	next, report := x.pass.Answered(a)
+	switch next {
 	case gate.NextTrailers:
 		// The call ends with the grpc-status of its trailers, after the last message.
 		res.Body = &grpcBody{ReadCloser: res.Body, res: res, x: x}
@@ -283,6 +284,13 @@ func (x *exchange) respond(res *http.Response) {
 	dropHopHeaders(res.Header)
 	dst := x.w.Header()
 	addHeaders(dst, res.Header)
+	if next == gate.NextTrailers {
+		// A call's report goes in its trailers, after the upstream's own (set last, it is the
+		// sidecar's and replaces any the upstream sent).
+		defer setFields(dst, report, http.TrailerPrefix)
+	} else {
+		setFields(dst, report, "")
+	}
 	if _, typed := dst["Content-Type"]; !typed {
 		// The upstream named no type: none is added (net/http's server would sniff one from the
 		// body, and a type the upstream never sent can change how a client reads the content).
@@ -538,6 +546,13 @@ func dropHopHeaders(h http.Header) {
 	}
 	for _, name := range hopHeaders {
 		delete(h, name)
+	}
+}
+
+// setFields sets each field in h, under its name with prefix before it.
+func setFields(h http.Header, fs []gate.Field, prefix string) {
+	for _, f := range fs {
+		h[prefix+f.Name] = []string{f.Value}
 	}
 }
 
