@@ -277,7 +277,7 @@ func (g *Gate) Admit(ctx context.Context, r *Request, queued func(admission.Queu
 	p, routeCost, streaming, clients := st.match(r.Method, r.Path)
 	door := r.Door
 	now := g.clock.Now()
-	reports := st.cfg.LoadReports.ORCA && (!st.cfg.LoadReports.TrustedOnly || st.spec.trust != nil && st.spec.trust.trusted(r.Header, r.Peer))
+	reports := st.cfg.LoadReports.ORCA && g.ReportsTo(r.Header, r.Peer)
 	req, herr := st.spec.parseRequest(r.Header, r.Peer, now, routeCost)
 	if herr != nil {
 		// A malformed admission header is the client's mistake: 400 naming the header.

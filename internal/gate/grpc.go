@@ -15,6 +15,7 @@ const (
 	GRPCUnknown           = 2
 	GRPCInvalidArgument   = 3
 	GRPCDeadlineExceeded  = 4
+	GRPCPermissionDenied  = 7
 	GRPCResourceExhausted = 8
 	GRPCInternal          = 13
 	GRPCUnavailable       = 14

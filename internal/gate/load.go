@@ -182,14 +182,14 @@ func (s *loadSampler) sample(st *state, dt time.Duration) *loadSnap {
 			continue // no capacity to speak of
 		}
 		stats := p.limiter.Stats()
-		r.Limit += stats.Limit
-		r.InFlight += float64(stats.InFlight)
-		r.Queued += float64(stats.Queued)
 		u := 0.0
 		if p.rate > 0 && dt > 0 {
 			u = float64(c.admitted-before.admitted) / dt.Seconds() / p.rate
 		}
 		if stats.Limit > 0 && (p.rate == 0 || p.strategy == config.StrategyChain) {
+			r.Limit += stats.Limit
+			r.InFlight += float64(stats.InFlight)
+			r.Queued += float64(stats.Queued)
 			// What is in use now, or (Little's law) what the admitted rate keeps in flight over
 			// the route's typical latency: a sample may fall between short requests.
 			inUse := float64(stats.InFlight + stats.Queued)
@@ -231,4 +231,12 @@ func (s *loadSnap) fields(grpc bool) []Field {
 		return s.grpc
 	}
 	return s.http
+}
+
+// ReportsTo reports whether a caller gets load reports: they are on (loadReports.orca), and
+// not limited to trusted callers (loadReports.trustedOnly) or this one is trusted.
+func (g *Gate) ReportsTo(h Header, peer string) bool {
+	st := g.state.Load()
+	lr := st.cfg.LoadReports
+	return lr.ORCA && (!lr.TrustedOnly || st.spec.trust != nil && st.spec.trust.trusted(h, peer))
 }

@@ -17,6 +17,7 @@ import (
 // upstream directly ("direct": what the proxy's own cost is measured from) and the standard
 // library's reverse proxy set up as cmd/plainproxy is, the bench's plain proxy ("plainproxy").
 // The proxy's own allocations per request are a sub-benchmark's allocs/op minus direct's.
+// adaptive-orca against adaptive is what a load report costs per answer.
 func BenchmarkProxyRoundTrip(b *testing.B) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") }))
 	defer up.Close()
@@ -48,7 +49,10 @@ func BenchmarkProxyRoundTrip(b *testing.B) {
 		defer front.Close()
 		roundTrips(b, front.URL+"/")
 	})
-	for _, adm := range []string{"{strategy: none}", "{strategy: inflight, inflight: {limit: 1000}}", "{strategy: adaptive}"} {
+	// adaptive-orca: adaptive with an ORCA load report on every answer (loadReports.orca).
+	for _, c := range [][2]string{{"none", "{strategy: none}"}, {"inflight", "{strategy: inflight, inflight: {limit: 1000}}"},
+		{"adaptive", "{strategy: adaptive}"}, {"adaptive-orca", "{strategy: adaptive}\nloadReports: {orca: true}"}} {
+		name, adm := c[0], c[1]
 		cfg, err := config.Parse([]byte("upstream: " + up.URL + "\nadmission: " + adm + "\n"))
 		if err != nil {
 			b.Fatal(err)
@@ -57,7 +61,7 @@ func BenchmarkProxyRoundTrip(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		b.Run(cfg.Admission.Strategy, func(b *testing.B) {
+		b.Run(name, func(b *testing.B) {
 			front := httptest.NewServer(s.Handler())
 			defer front.Close()
 			roundTrips(b, front.URL+"/")

@@ -420,6 +420,7 @@ func (s *Server) shutdown() error {
 	for _, d := range s.doors {
 		go func() { doorErrs <- d.Shutdown(hard) }()
 	}
+	s.door.StopStreams()
 	err := s.data.Shutdown(hard)
 	if err != nil {
 		s.log.Warn("in-flight requests did not finish in time; closing", "err", err)

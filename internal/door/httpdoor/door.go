@@ -38,6 +38,8 @@ type Door struct {
 	respBuffer  int64
 	respBudget  *budget
 	writeIdle   time.Duration
+
+	orca *orcaService // the out-of-band load report stream (loadReports.orca)
 }
 
 // New opens the HTTP door over g, with the server settings of the gate's configuration (they
@@ -48,7 +50,7 @@ func New(g *gate.Gate, opts gate.DoorOptions) (*Door, error) {
 	d := &Door{gate: g, clock: g.Clock(), log: opts.Logger, transport: newUpstreamTransport(cfg),
 		maxBody: sv.MaxBodyBytes, bodyBuffer: sv.RequestBodyBuffer, bodyTimeout: sv.RequestBodyTimeout.D(),
 		readTimeout: sv.ReadTimeout.D(), respBuffer: sv.ResponseBodyBuffer, respBudget: newBudget(sv.ResponseBufferBudget),
-		writeIdle: sv.WriteIdleTimeout.D()}
+		writeIdle: sv.WriteIdleTimeout.D(), orca: newORCAService(g)}
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)
 	}
@@ -64,6 +66,10 @@ func (d *Door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	door := gate.DoorHTTP
 	if grpc {
 		door = gate.DoorGRPC
+		if d.orca.serves(r) {
+			d.orca.ServeHTTP(w, r) // the sidecar's own: never admitted, never forwarded
+			return
+		}
 	}
 	if !d.screen(w, r, door, grpc) {
 		return
@@ -194,6 +200,10 @@ func (d *Door) SetUpstream(raw string) error {
 	d.upstream.Store(u)
 	return nil
 }
+
+// StopStreams ends the door's own long-lived streams (the load report streams): the server is
+// shutting down, and they would hold its drain open.
+func (d *Door) StopStreams() { d.orca.stopStreams() }
 
 // CloseIdleConnections closes the door's idle upstream connections (at shutdown).
 func (d *Door) CloseIdleConnections() { d.transport.CloseIdleConnections() }
