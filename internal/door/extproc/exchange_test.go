@@ -735,3 +735,44 @@ func TestRequestPath(t *testing.T) {
 		}
 	}
 }
+
+// TestLoadReportsThroughExtProc: with loadReports.orca every answer Envoy passes on carries the
+// report: an HTTP answer's headers and a refusal's local reply endpoint-load-metrics, a gRPC
+// call's trailers and a refused call's local reply endpoint-load-metrics-bin.
+func TestLoadReportsThroughExtProc(t *testing.T) {
+	e := newEnv(t, "admission: {strategy: inflight, inflight: {limit: 1}}\nloadReports: {orca: true}\n")
+	e.clk.Advance(100 * time.Millisecond) // a first sample
+	f := e.admitted(t, requestHeaders("192.0.2.7:4321"))
+	f.send(responseHeaders(":status", "200", "content-type", "text/plain"))
+	if v := header(t, f.next(t).GetResponseHeaders().GetResponse().GetHeaderMutation(), "endpoint-load-metrics"); !strings.HasPrefix(v, "TEXT application_utilization=") {
+		t.Errorf("an HTTP answer's endpoint-load-metrics %q, want a TEXT report", v)
+	}
+	f.reset(t)
+
+	_, refused := e.holdOneSendNext(t, "192.0.2.8:4321")
+	if v := header(t, immediate(t, refused.next(t)).GetHeaders(), "endpoint-load-metrics"); !strings.HasPrefix(v, "TEXT ") {
+		t.Errorf("a refusal's endpoint-load-metrics %q, want a TEXT report", v)
+	}
+	c := e.open()
+	c.send(grpcHeaders("192.0.2.9:4321"))
+	if v := header(t, immediate(t, c.next(t)).GetHeaders(), "endpoint-load-metrics-bin"); v == "" {
+		t.Error("a refused call's local reply has no endpoint-load-metrics-bin")
+	}
+}
+
+// TestLoadReportInACallsTrailers: an admitted gRPC call's report is in its trailers (not in
+// its headers, which come before the call's outcome).
+func TestLoadReportInACallsTrailers(t *testing.T) {
+	e := newEnv(t, "admission: {strategy: inflight, inflight: {limit: 4}}\nloadReports: {orca: true}\n")
+	e.clk.Advance(100 * time.Millisecond)
+	f := e.admitted(t, grpcHeaders("192.0.2.7:4321"))
+	f.send(responseHeaders(":status", "200", "content-type", "application/grpc"))
+	if m := f.next(t).GetResponseHeaders().GetResponse().GetHeaderMutation(); m != nil {
+		t.Errorf("a call's response headers changed: %v", m)
+	}
+	f.send(responseTrailers("grpc-status", "0"))
+	if v := header(t, f.next(t).GetResponseTrailers().GetHeaderMutation(), "endpoint-load-metrics-bin"); v == "" {
+		t.Error("a call's trailers have no endpoint-load-metrics-bin")
+	}
+	f.reset(t)
+}
