@@ -69,6 +69,12 @@ func TestBadValuesFailClearly(t *testing.T) {
 		{"quota store: timeout not a duration", []string{"--set-string", "clients.store.redis.timeout=fast"}, []string{"/clients/store/redis/timeout"}},
 		{"quota store: typo", []string{"--set", "clients.store.redis.adr=r:1"}, []string{"/clients/store/redis", "adr", "not allowed"}},
 		{"quota: zero rate", []string{"--set", "clients.rate=0"}, []string{"/clients/rate"}},
+		{"load reports with strategy none", []string{"--set", "proxy.loadReports.orca=true,admission.strategy=none"},
+			[]string{"proxy.loadReports.orca", "admission.strategy is none"}},
+		{"load report interval under 1s", []string{"--set", "proxy.loadReports.orca=true,proxy.loadReports.minInterval=500ms"},
+			[]string{"proxy.loadReports.minInterval", "1s"}},
+		{"load reports: typo", []string{"--set", "proxy.loadReports.orcaa=true"},
+			[]string{"/proxy/loadReports", "orcaa", "not allowed"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -99,6 +105,8 @@ func TestGoodValuesStillPass(t *testing.T) {
 		{"--set", "proxy.native=false"},
 		{"--set", "proxy.native=true"},
 		{"--set-string", "prometheusRule.rules.highShedRatio.for=1h30m"},
+		{"--set", "proxy.loadReports.orca=true,proxy.loadReports.minInterval=1s"},
+		{"--set", "proxy.loadReports.minInterval=500ms,admission.strategy=none"}, // reports off: neither matters
 	} {
 		if _, err := helmRun(t, append([]string{"template", "demo", chartDir}, args...)...); err != nil {
 			t.Errorf("valid values %v rejected: %v", args, err)

@@ -696,6 +696,32 @@ func TestTLSAndGRPCValues(t *testing.T) {
 	}
 }
 
+// TestLoadReportsValues: proxy.loadReports reaches the sidecar's config as set, in both modes,
+// and nothing is rendered while the reports are off (the proxy's defaults hold).
+func TestLoadReportsValues(t *testing.T) {
+	for _, mode := range []string{"proxy", "extproc"} {
+		t.Run(mode, func(t *testing.T) {
+			data := decode(t, render(t, "--set", "mode="+mode+",proxy.loadReports.orca=true,proxy.loadReports.trustedOnly=true,proxy.loadReports.minInterval=5s")).
+				configMap(t, "demo-loadshed").Data["config.yaml"]
+			c, err := config.Parse([]byte(data))
+			if err != nil {
+				t.Fatalf("the proxy rejects the rendered config: %v\n%s", err, data)
+			}
+			if !c.LoadReports.ORCA || !c.LoadReports.TrustedOnly || c.LoadReports.MinInterval.D() != 5*time.Second {
+				t.Errorf("loadReports rendered as %+v", c.LoadReports)
+			}
+		})
+	}
+	data := decode(t, render(t, "--set", "proxy.loadReports.trustedOnly=true")).configMap(t, "demo-loadshed").Data["config.yaml"]
+	if strings.Contains(data, "loadReports") {
+		t.Errorf("reports off, yet the config has a loadReports block:\n%s", data)
+	}
+	c, err := config.Parse([]byte(data))
+	if err != nil || c.LoadReports.ORCA || c.LoadReports.MinInterval.D() != time.Second {
+		t.Errorf("defaults: loadReports %+v (%v)", c.LoadReports, err)
+	}
+}
+
 // TestGoRuntimeSizedFromResources: the sidecar's GOMAXPROCS follows its CPU limit (rounded up)
 // and its memory limit reaches the proxy, unless switched off; the config carries the
 // saturation settings.

@@ -49,6 +49,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		rewrite  = fs.Bool("rewrite-services", false, "switch Services that target the taken-over port by number to its name (the second step, after the rollout)")
 		port     = fs.Int("sidecar-port", inject.DefaultPort, "the sidecar's data port, moved up if the pod uses it")
 		adminPrt = fs.Int("admin-port", inject.DefaultAdminPort, "the sidecar's admin port (metrics, health), moved up if the pod uses it")
+		reports  = fs.String("load-reports", "none", "load reports of the generated configuration: orca (the sidecar reports its load to Envoy's client_side_weighted_round_robin and gRPC's weighted_round_robin balancers on every answer and on an out-of-band stream; docs/load-reports.md) or none; the loadshed.dev/load-reports annotation overrides it per pod")
 	)
 	fs.Var(&in, "f", "a manifest file (repeatable; - is stdin); none reads stdin")
 	fs.StringVar(&s.Image, "image", inject.DefaultImage, "the loadshed image: the release this inject was built from, or yours (scripts/image.sh --push REF)")
@@ -66,6 +67,14 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	if s.PreStop, err = inject.ParsePreStop(*preStop); err != nil {
 		fmt.Fprintf(stderr, "inject: --pre-stop: %v\n", err)
+		return 2
+	}
+	if s.LoadReports, err = inject.ParseLoadReports(*reports); err != nil {
+		fmt.Fprintf(stderr, "inject: --load-reports: %v\n", err)
+		return 2
+	}
+	if s.LoadReports == inject.LoadReportsORCA && s.ConfigMap != "" {
+		fmt.Fprintf(stderr, "inject: --load-reports orca: the sidecars read ConfigMap %s (--config-map), which inject does not write: set loadReports there\n", s.ConfigMap)
 		return 2
 	}
 	for name, v := range map[string]int{"--sidecar-port": *port, "--admin-port": *adminPrt} {

@@ -35,6 +35,10 @@ func TestRun(t *testing.T) {
 		{"unknown strategy", []string{"--strategy", "fastest"}, deployment, 1, "", `strategy: unknown strategy "fastest"`},
 		{"drain too long for the drain hook", []string{"--drain-seconds", "601"}, deployment, 1, "", "drainSeconds: 601 is more than the 600"},
 		{"long drain in a sleep", []string{"--drain-seconds", "601", "--pre-stop", "sleep"}, deployment, 0, "seconds: 601", ""},
+		{"load reports", []string{"--load-reports", "orca"}, deployment, 0, "loadReports:\n      orca: true", "strategy adaptive; load reports orca"},
+		{"bad load reports", []string{"--load-reports", "orca,trusted-only"}, deployment, 2, "", `--load-reports: load reports "orca,trusted-only": want orca or none`},
+		{"load reports with a config map", []string{"--load-reports", "orca", "--config-map", "mine"}, deployment, 2, "", "--load-reports orca: the sidecars read ConfigMap mine"},
+		{"load reports with strategy none", []string{"--load-reports", "orca", "--strategy", "none"}, deployment, 1, "", "loadReports: load reports (orca) need a strategy"},
 		{"missing file", []string{"-f", "does-not-exist.yaml"}, "", 1, "", "reading does-not-exist.yaml"},
 		{"one object fails, nothing written", nil, deployment + "---\napiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: a, image: a}]}\n", 1, "", "Pod p: spec.containers[*].ports: no named TCP port"},
 	}

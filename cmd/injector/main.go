@@ -2,8 +2,8 @@
 // pods as they are created, with the same library as `inject`. The chart
 // deploy/helm/loadshed-injector registers it for pods in namespaces labelled
 // loadshed.dev/inject=enabled (and pods labelled loadshed.dev/inject=true elsewhere); a pod
-// annotated loadshed.dev/inject: "false" is left alone, and loadshed.dev/strategy, /port and
-// /config override the settings for one pod. A pod it cannot inject is admitted unchanged, with
+// annotated loadshed.dev/inject: "false" is left alone, and loadshed.dev/strategy, /port,
+// /config and /load-reports override the settings for one pod. A pod it cannot inject is admitted unchanged, with
 // an admission warning and a loadshed.dev/status annotation saying why: it never refuses a pod.
 // When the reason is a problem in the pod (an invalid annotation, no port to take over) rather
 // than an opt-out, it also records a Warning event LoadshedNotInjected on the pod's controller,

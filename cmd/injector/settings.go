@@ -35,8 +35,11 @@ type fileSettings struct {
 	// GraceSeconds is the sidecar's shutdown grace period.
 	GraceSeconds int64 `json:"graceSeconds"`
 	// PreStop is auto, sleep, exec or none.
-	PreStop   string                      `json:"preStop"`
-	Resources corev1.ResourceRequirements `json:"resources"`
+	PreStop string `json:"preStop"`
+	// LoadReports is orca (the generated configuration reports the pod's load to the balancers)
+	// or none.
+	LoadReports string                      `json:"loadReports"`
+	Resources   corev1.ResourceRequirements `json:"resources"`
 }
 
 // loadSettings reads a settings file strictly (an unknown field is an error) and validates it;
@@ -100,6 +103,19 @@ func (fs fileSettings) settings() (inject.Settings, error) {
 			bad("preStop", "%v", err)
 		}
 	}
+	var reports inject.LoadReports
+	if fs.LoadReports != "" {
+		var err error
+		if reports, err = inject.ParseLoadReports(fs.LoadReports); err != nil {
+			bad("loadReports", "%v", err)
+		}
+		if reports == inject.LoadReportsORCA && fs.Strategy == "none" {
+			bad("loadReports", "orca needs a strategy with a capacity to report against, and strategy is none")
+		}
+		if reports == inject.LoadReportsORCA && fs.ConfigMap != "" {
+			bad("loadReports", "orca: the sidecars read configMap %s, which the injector does not write: set loadReports there", fs.ConfigMap)
+		}
+	}
 	for name, q := range fs.Resources.Requests {
 		if l, ok := fs.Resources.Limits[name]; ok && q.Cmp(l) > 0 {
 			bad("resources.requests."+string(name), "%s is above the limit %s", q.String(), l.String())
@@ -119,6 +135,7 @@ func (fs fileSettings) settings() (inject.Settings, error) {
 		DrainSeconds: fs.DrainSeconds,
 		GraceSeconds: fs.GraceSeconds,
 		PreStop:      preStop,
+		LoadReports:  reports,
 		Resources:    fs.Resources,
 	}.Defaults(), nil
 }

@@ -53,6 +53,12 @@ func TestSettingsValues(t *testing.T) {
 		s.PreStop != inject.PreStopExec || !s.Resources.Limits.Memory().Equal(resource.MustParse("64Mi")) {
 		t.Errorf("settings %+v", s)
 	}
+	if s.LoadReports != inject.LoadReportsNone {
+		t.Errorf("loadReports not set: %q, want the default none", s.LoadReports)
+	}
+	if s, err := loadSettings("testdata/valid-load-reports.yaml"); err != nil || s.LoadReports != inject.LoadReportsORCA {
+		t.Errorf("loadReports: orca read as %q (%v)", s.LoadReports, err)
+	}
 	empty, err := loadSettings("")
 	if err != nil || empty.Image != inject.DefaultImage || empty.Strategy != inject.DefaultStrategy {
 		t.Errorf("no file: %+v, %v", empty, err)

@@ -229,6 +229,40 @@ func TestGeneratedConfigInAnnotation(t *testing.T) {
 	}
 }
 
+// TestLoadReportsAnnotation: loadshed.dev/load-reports: orca turns the reports on in the pod's
+// generated configuration, which the proxy accepts, and "none" turns off the settings' default.
+func TestLoadReportsAnnotation(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		settings inject.Settings
+		pod      *corev1.Pod
+		want     bool
+	}{
+		{"annotation", inject.Settings{}, withAnnotations(appPod(), inject.AnnotationLoadReports, "orca"), true},
+		{"settings", inject.Settings{LoadReports: inject.LoadReportsORCA}, appPod(), true},
+		{"annotation turns the settings off", inject.Settings{LoadReports: inject.LoadReportsORCA}, withAnnotations(appPod(), inject.AnnotationLoadReports, "none"), false},
+		{"neither", inject.Settings{}, appPod(), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h, _ := testWebhook(t, tc.settings)
+			raw, _ := json.Marshal(tc.pod)
+			resp := answer(t, h, reviewRaw(t, raw, admissionv1.Create, "Pod"))
+			pod := decodePod(t, patched(t, raw, resp))
+			if sidecarOf(&pod.Spec) == nil {
+				t.Fatalf("not injected: warnings %q", resp.Warnings)
+			}
+			data := pod.Annotations[annotationGeneratedConfig]
+			cfg, err := config.Parse([]byte(data))
+			if err != nil {
+				t.Fatalf("the proxy refuses the generated config: %v\n%s", err, data)
+			}
+			if cfg.LoadReports.ORCA != tc.want {
+				t.Errorf("loadReports %+v, want orca %v:\n%s", cfg.LoadReports, tc.want, data)
+			}
+		})
+	}
+}
+
 // TestGenerateName: the pods of a ReplicaSet have no name at admission, only a prefix.
 func TestGenerateName(t *testing.T) {
 	h, _ := testWebhook(t, inject.Settings{})
@@ -295,6 +329,8 @@ func TestNotInjectedWithWarning(t *testing.T) {
 		{"bad ConfigMap name", withAnnotations(appPod(), inject.AnnotationConfig, "Not_A_Name"), resultError, `metadata.annotations[loadshed.dev/config]: "Not_A_Name" is not a ConfigMap name`},
 		{"no such port", withAnnotations(appPod(), inject.AnnotationPort, "web"), resultError, `no TCP port is named "web"`},
 		{"several ports", twoPorts, resultError, "several named TCP ports (http, grpc)"},
+		{"load reports neither orca nor none", withAnnotations(appPod(), inject.AnnotationLoadReports, "orca,trusted-only"), resultError, `metadata.annotations[loadshed.dev/load-reports]: load reports "orca,trusted-only": want orca or none`},
+		{"load reports with strategy none", withAnnotations(appPod(), inject.AnnotationLoadReports, "orca", inject.AnnotationStrategy, "none"), resultError, "metadata.annotations[loadshed.dev/load-reports]: load reports (orca) need a strategy"},
 		{"host network", hostNet, resultSkipped, "it uses hostNetwork"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

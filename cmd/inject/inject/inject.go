@@ -25,6 +25,7 @@
 package inject
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/json"
 	"errors"
@@ -55,6 +56,9 @@ const (
 	AnnotationPort = "loadshed.dev/port"
 	// AnnotationConfig names a ConfigMap (key config.yaml) holding the sidecar's configuration.
 	AnnotationConfig = "loadshed.dev/config"
+	// AnnotationLoadReports turns the sidecar's load reports to the balancers on ("orca") or
+	// off ("none") in a generated configuration (see LoadReports).
+	AnnotationLoadReports = "loadshed.dev/load-reports"
 	// AnnotationStatus records what the injection did, as JSON: the port the sidecar took over,
 	// its number, the application's new port name and number, the strategy.
 	AnnotationStatus = "loadshed.dev/status"
@@ -155,6 +159,37 @@ func ParsePreStop(s string) (PreStop, error) {
 	return "", fmt.Errorf("pre-stop %q: want auto, sleep, exec or none", s)
 }
 
+// LoadReports says whether a generated configuration has the sidecar report its load to the
+// balancers in front of the pod (the proxy's loadReports block).
+type LoadReports string
+
+const (
+	// LoadReportsNone reports nothing (the proxy's default).
+	LoadReportsNone LoadReports = "none"
+	// LoadReportsORCA reports ORCA load reports (loadReports.orca): on every answer, and on the
+	// out-of-band stream of the data port. Every caller gets them: a generated configuration
+	// trusts no source, so trustedOnly would give them to nobody (a ConfigMap of your own, with
+	// trust settings, can have it).
+	LoadReportsORCA LoadReports = "orca"
+)
+
+// ParseLoadReports reads a LoadReports.
+func ParseLoadReports(s string) (LoadReports, error) {
+	switch l := LoadReports(s); l {
+	case LoadReportsNone, LoadReportsORCA:
+		return l, nil
+	}
+	return "", fmt.Errorf("load reports %q: want orca or none (reports only to trusted callers need trust settings, which a generated configuration has not: set loadReports in a ConfigMap of your own)", s)
+}
+
+// config is the proxy's loadReports block for a generated configuration, empty for none.
+func (l LoadReports) config() string {
+	if l == LoadReportsORCA {
+		return "loadReports:\n  orca: true\n"
+	}
+	return ""
+}
+
 // Settings say what to inject. The zero value of a field means its default.
 type Settings struct {
 	Image string
@@ -177,6 +212,9 @@ type Settings struct {
 	GraceSeconds int64
 	PreStop      PreStop
 	Resources    corev1.ResourceRequirements
+	// LoadReports turns the load reports of a generated configuration on (LoadReportsORCA) or
+	// off (none, the default); a pod's annotation overrides it.
+	LoadReports LoadReports
 	// DrainToken is the token of the sidecar's GET /drain (config.DrainTokenEnv) for a native
 	// sidecar; empty (the default) draws a new random one for every pod template injected, so
 	// no two workloads (or, through the webhook, no two pods) share one.
@@ -209,6 +247,9 @@ func (s Settings) Defaults() Settings {
 	if s.PreStop == "" {
 		s.PreStop = PreStopAuto
 	}
+	if s.LoadReports == "" {
+		s.LoadReports = LoadReportsNone
+	}
 	if s.Resources.Requests == nil && s.Resources.Limits == nil {
 		s.Resources = corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
@@ -229,6 +270,9 @@ type Result struct {
 	PortName, AppPortName string
 	AppPort, SidecarPort  int32
 	Strategy              string
+	// LoadReports is what the generated configuration reports (none with a ConfigMap: the
+	// ConfigMap says).
+	LoadReports LoadReports
 	// ConfigMap is the ConfigMap the sidecar reads; Config the config.yaml to put in it when it
 	// was generated (empty when Settings.ConfigMap or the pod's annotation named one).
 	ConfigMap, Config string
@@ -250,6 +294,7 @@ func Pod(name string, meta *metav1.ObjectMeta, spec *corev1.PodSpec, s Settings,
 		var st status
 		if json.Unmarshal([]byte(ann[AnnotationStatus]), &st) == nil {
 			r.PortName, r.AppPortName, r.AppPort, r.SidecarPort, r.Strategy = st.Port, st.AppPortName, st.AppPort, st.SidecarPort, st.Strategy
+			r.LoadReports = LoadReports(cmp.Or(st.LoadReports, string(LoadReportsNone)))
 		}
 		return r, nil
 	}
@@ -284,6 +329,9 @@ func Pod(name string, meta *metav1.ObjectMeta, spec *corev1.PodSpec, s Settings,
 		}
 		s.ConfigMap = v
 	}
+	if err := loadReports(ann, &s); err != nil {
+		return Result{}, err
+	}
 
 	if drainHook(s) && s.DrainSeconds > MaxDrainSeconds {
 		return Result{}, &FieldError{"drainSeconds", fmt.Sprintf("%d is more than the %d the sidecar's drain hook (GET /drain?delay=) accepts", s.DrainSeconds, MaxDrainSeconds)}
@@ -296,7 +344,7 @@ func Pod(name string, meta *metav1.ObjectMeta, spec *corev1.PodSpec, s Settings,
 	app := &spec.Containers[ci]
 	port := app.Ports[pi]
 	used := usedPorts(spec)
-	r := Result{Injected: true, PortName: port.Name, AppPort: port.ContainerPort, Strategy: s.Strategy}
+	r := Result{Injected: true, PortName: port.Name, AppPort: port.ContainerPort, Strategy: s.Strategy, LoadReports: LoadReportsNone}
 	r.AppPortName, err = renamed(port.Name, usedNames(spec))
 	if err != nil {
 		return Result{}, &FieldError{fmt.Sprintf("spec.containers[%d].ports[%d].name", ci, pi), err.Error()}
@@ -321,7 +369,8 @@ func Pod(name string, meta *metav1.ObjectMeta, spec *corev1.PodSpec, s Settings,
 			return Result{}, &FieldError{"metadata.name", "empty: the generated ConfigMap is named after the workload"}
 		}
 		r.ConfigMap = ConfigMapName(name)
-		r.Config = Config(s.Strategy, r.SidecarPort, admin, r.AppPort, drainFor(s))
+		r.Config = Config(s.Strategy, r.SidecarPort, admin, r.AppPort, drainFor(s)) + s.LoadReports.config()
+		r.LoadReports = s.LoadReports
 	}
 
 	// A native sidecar's drain is a call from the application's preStop hook, which must
@@ -364,12 +413,47 @@ func Pod(name string, meta *metav1.ObjectMeta, spec *corev1.PodSpec, s Settings,
 	if meta.Annotations == nil {
 		meta.Annotations = map[string]string{}
 	}
-	st, _ := json.Marshal(status{Port: r.PortName, SidecarPort: r.SidecarPort, AppPortName: r.AppPortName, AppPort: r.AppPort, Strategy: r.Strategy})
-	meta.Annotations[AnnotationStatus] = string(st)
+	st := status{Port: r.PortName, SidecarPort: r.SidecarPort, AppPortName: r.AppPortName, AppPort: r.AppPort, Strategy: r.Strategy}
+	if r.LoadReports == LoadReportsORCA {
+		st.LoadReports = string(r.LoadReports)
+	}
+	stJSON, _ := json.Marshal(st)
+	meta.Annotations[AnnotationStatus] = string(stJSON)
 	if _, ok := meta.Annotations["kubectl.kubernetes.io/default-container"]; !ok {
 		meta.Annotations["kubectl.kubernetes.io/default-container"] = app.Name
 	}
 	return r, nil
+}
+
+// loadReports applies the pod's AnnotationLoadReports to s and checks the result: reports need
+// a generated configuration (a ConfigMap says for itself) and a strategy with a capacity to
+// report against (the proxy refuses loadReports.orca with strategy none).
+func loadReports(ann map[string]string, s *Settings) error {
+	field := "metadata.annotations[" + AnnotationLoadReports + "]"
+	v, ok := ann[AnnotationLoadReports]
+	if ok {
+		l, err := ParseLoadReports(v)
+		if err != nil {
+			return &FieldError{field, err.Error()}
+		}
+		if s.ConfigMap != "" {
+			return &FieldError{field, fmt.Sprintf("the sidecar reads its configuration from ConfigMap %s, which this annotation cannot change: set loadReports there", s.ConfigMap)}
+		}
+		s.LoadReports = l
+	} else if _, err := ParseLoadReports(string(s.LoadReports)); err != nil {
+		return &FieldError{"loadReports", err.Error()}
+	}
+	if s.LoadReports != LoadReportsORCA || s.ConfigMap != "" || s.Strategy != "none" {
+		return nil
+	}
+	switch _, strategy := ann[AnnotationStrategy]; {
+	case ok:
+	case strategy:
+		field = "metadata.annotations[" + AnnotationStrategy + "]"
+	default:
+		field = "loadReports"
+	}
+	return &FieldError{field, fmt.Sprintf("load reports (orca) need a strategy with a capacity to report against, and the strategy is none: choose another, or annotate %s: none", AnnotationLoadReports)}
 }
 
 // status is AnnotationStatus' value: what a later run (the Services' second step) needs to know.
@@ -379,6 +463,7 @@ type status struct {
 	AppPortName string `json:"appPortName"`
 	AppPort     int32  `json:"appPort"`
 	Strategy    string `json:"strategy"`
+	LoadReports string `json:"loadReports,omitempty"`
 }
 
 // ConfigMapName is the generated ConfigMap's name for a workload.

@@ -410,3 +410,89 @@ func TestDrainHookDelayBound(t *testing.T) {
 		}
 	}
 }
+
+// TestLoadReports: the loadshed.dev/load-reports annotation, or the setting, turns the reports on
+// in the generated configuration, which the proxy accepts; the annotation overrides the setting;
+// a value it cannot honour is an error naming the annotation (or the setting).
+func TestLoadReports(t *testing.T) {
+	pod := func(ann string) *corev1.Pod {
+		var p corev1.Pod
+		doc := "metadata:\n  name: p\n  annotations: {" + ann + "}\nspec:\n  containers: [{name: a, image: a, ports: [{name: http, containerPort: 8080}]}]\n"
+		if err := yaml.UnmarshalStrict([]byte(doc), &p); err != nil {
+			t.Fatal(err)
+		}
+		return &p
+	}
+	for _, c := range []struct {
+		name, ann string
+		s         Settings
+		want      bool
+	}{
+		{"default", "", Settings{}, false},
+		{"annotation", `loadshed.dev/load-reports: orca`, Settings{}, true},
+		{"setting", "", Settings{LoadReports: LoadReportsORCA}, true},
+		{"annotation turns the setting off", `loadshed.dev/load-reports: none`, Settings{LoadReports: LoadReportsORCA}, false},
+		{"with another strategy", `loadshed.dev/load-reports: orca, loadshed.dev/strategy: codel`, Settings{}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := pod(c.ann)
+			res, err := Pod("p", &p.ObjectMeta, &p.Spec, c.s, config.Strategies)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := config.Parse([]byte(res.Config))
+			if err != nil {
+				t.Fatalf("the proxy refuses the generated config: %v\n%s", err, res.Config)
+			}
+			if cfg.LoadReports.ORCA != c.want || cfg.LoadReports.TrustedOnly || (res.LoadReports == LoadReportsORCA) != c.want {
+				t.Errorf("loadReports %+v, result %q; want orca %v", cfg.LoadReports, res.LoadReports, c.want)
+			}
+			if got := strings.Contains(p.Annotations[AnnotationStatus], `"loadReports":"orca"`); got != c.want {
+				t.Errorf("status annotation %s: want loadReports in it %v", p.Annotations[AnnotationStatus], c.want)
+			}
+			again, err := Pod("p", &p.ObjectMeta, &p.Spec, c.s, config.Strategies)
+			if err != nil || again.Injected || again.LoadReports != res.LoadReports {
+				t.Errorf("a second run reads back load reports %q (err %v), want %q", again.LoadReports, err, res.LoadReports)
+			}
+		})
+	}
+	for _, c := range []struct {
+		name, ann string
+		s         Settings
+		want      string
+	}{
+		{"unknown value", `loadshed.dev/load-reports: "orca,trusted-only"`, Settings{},
+			`metadata.annotations[loadshed.dev/load-reports]: load reports "orca,trusted-only": want orca or none`},
+		{"empty value", `loadshed.dev/load-reports: ""`, Settings{}, `metadata.annotations[loadshed.dev/load-reports]: load reports ""`},
+		{"with a ConfigMap", `loadshed.dev/load-reports: orca, loadshed.dev/config: mine`, Settings{},
+			"metadata.annotations[loadshed.dev/load-reports]: the sidecar reads its configuration from ConfigMap mine"},
+		{"off with the settings' ConfigMap", `loadshed.dev/load-reports: none`, Settings{ConfigMap: "shared"},
+			"metadata.annotations[loadshed.dev/load-reports]: the sidecar reads its configuration from ConfigMap shared"},
+		{"annotation with strategy none", `loadshed.dev/load-reports: orca, loadshed.dev/strategy: none`, Settings{},
+			"metadata.annotations[loadshed.dev/load-reports]: load reports (orca) need a strategy"},
+		{"setting with the annotation's strategy none", `loadshed.dev/strategy: none`, Settings{LoadReports: LoadReportsORCA},
+			"metadata.annotations[loadshed.dev/strategy]: load reports (orca) need a strategy"},
+		{"setting with strategy none", "", Settings{LoadReports: LoadReportsORCA, Strategy: "none"},
+			"loadReports: load reports (orca) need a strategy"},
+		{"bad setting", "", Settings{LoadReports: "yes"}, `loadReports: load reports "yes"`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := pod(c.ann)
+			before := p.DeepCopy()
+			_, err := Pod("p", &p.ObjectMeta, &p.Spec, c.s, config.Strategies)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err = %v, want it to contain %q", err, c.want)
+			}
+			if !reflect.DeepEqual(p, before) {
+				t.Error("the pod changed though the injection failed")
+			}
+		})
+	}
+	// A pod with a ConfigMap of its own and no annotation is injected whatever the setting says:
+	// the ConfigMap says whether it reports.
+	p := pod(`loadshed.dev/config: mine`)
+	res, err := Pod("p", &p.ObjectMeta, &p.Spec, Settings{LoadReports: LoadReportsORCA}, config.Strategies)
+	if err != nil || !res.Injected || res.Config != "" || res.LoadReports != LoadReportsNone {
+		t.Errorf("ConfigMap of its own: injected %v, config %q, load reports %q, err %v", res.Injected, res.Config, res.LoadReports, err)
+	}
+}

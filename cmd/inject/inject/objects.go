@@ -109,7 +109,11 @@ func Manifests(in io.Reader, o Options) ([]byte, Report, error) {
 		w.res, w.fresh = res, true
 		injected = append(injected, w)
 		rep.Injected++
-		rep.Lines = append(rep.Lines, fmt.Sprintf("%s: injected: port %s is the sidecar's (%d), the application's %d is now %s; strategy %s", w.id(""), res.PortName, res.SidecarPort, res.AppPort, res.AppPortName, res.Strategy))
+		line := fmt.Sprintf("%s: injected: port %s is the sidecar's (%d), the application's %d is now %s; strategy %s", w.id(""), res.PortName, res.SidecarPort, res.AppPort, res.AppPortName, res.Strategy)
+		if res.LoadReports == LoadReportsORCA {
+			line += "; load reports orca"
+		}
+		rep.Lines = append(rep.Lines, line)
 	}
 	// Services last: they are judged against every workload of the stream, wherever it stands.
 	for i, doc := range docs {

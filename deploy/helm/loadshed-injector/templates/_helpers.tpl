@@ -111,6 +111,7 @@ The injector's settings file: what every injected sidecar gets.
   "drainSeconds" (int $i.drainSeconds)
   "graceSeconds" (int $i.graceSeconds)
   "preStop" $i.preStop
+  "loadReports" $i.loadReports
   "resources" $i.resources }}
 {{- with $i.configMap }}
 {{- $_ := set $s "configMap" . }}

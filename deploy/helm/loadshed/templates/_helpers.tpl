@@ -263,6 +263,17 @@ strategy's block is written.
 {{- $_ := set $trust "identity" (deepCopy .) }}
 {{- end }}
 {{- $_ := set $cfg "trust" $trust }}
+{{- with $p.loadReports }}
+{{- if .orca }}
+{{- if eq $a.strategy "none" }}
+{{- fail "proxy.loadReports.orca: needs an admission strategy with a capacity to report against; admission.strategy is none (choose one, or turn the reports off)" }}
+{{- end }}
+{{- if lt (include "loadshed.durationSeconds" .minInterval | float64) 1.0 }}
+{{- fail (printf "proxy.loadReports.minInterval: %s is shorter than 1s" (toString .minInterval)) }}
+{{- end }}
+{{- $_ := set $cfg "loadReports" (dict "orca" true "trustedOnly" .trustedOnly "minInterval" .minInterval) }}
+{{- end }}
+{{- end }}
 {{- if $p.tls.secretName }}
 {{- $_ := set $cfg "tls" (dict "certFile" "/etc/loadshed-tls/tls.crt" "keyFile" "/etc/loadshed-tls/tls.key") }}
 {{- end }}
