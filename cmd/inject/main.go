@@ -53,7 +53,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	)
 	fs.Var(&in, "f", "a manifest file (repeatable; - is stdin); none reads stdin")
 	fs.StringVar(&s.Image, "image", inject.DefaultImage, "the loadshed image: the release this inject was built from, or yours (scripts/image.sh --push REF)")
-	fs.StringVar(&s.Strategy, "strategy", inject.DefaultStrategy, "admission strategy of the generated configuration: "+strings.Join(config.Strategies, ", "))
+	fs.StringVar(&s.Strategy, "strategy", inject.DefaultStrategy, "admission strategy of the generated configuration: "+strings.Join(config.NameOnly, ", ")+" (the others need settings sized for the service: write your own ConfigMap)")
 	fs.StringVar(&s.ConfigMap, "config-map", "", "an existing ConfigMap with the sidecar's config.yaml, instead of a generated one")
 	fs.StringVar(&s.PortName, "port", "", "the application's named port to put the sidecar in front of (default: the pod's only named port)")
 	fs.Int64Var(&s.DrainSeconds, "drain-seconds", 5, "how long a stopping pod keeps serving while its endpoints update (at most 600 in the native sidecar's drain hook)")
@@ -94,7 +94,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "inject: %v\n", err)
 		return 1
 	}
-	out, rep, err := inject.Manifests(bytes.NewReader(input), inject.Options{Settings: s, Strategies: config.Strategies, RewriteServices: *rewrite})
+	out, rep, err := inject.Manifests(bytes.NewReader(input), inject.Options{Settings: s, Strategies: config.NameOnly, RewriteServices: *rewrite})
 	for _, l := range rep.Lines {
 		fmt.Fprintln(stderr, l)
 	}

@@ -26,7 +26,7 @@ func TestRun(t *testing.T) {
 		out   string // in stdout
 		err   string // in stderr
 	}{
-		{"stdin to stdout", []string{"--strategy", "inflight"}, deployment, 0, "strategy: inflight", "Deployment web: injected"},
+		{"stdin to stdout", []string{"--strategy", "codel"}, deployment, 0, "strategy: codel", "Deployment web: injected"},
 		{"unknown flag", []string{"--nope"}, deployment, 2, "", "flag provided but not defined: -nope"},
 		{"argument", []string{"app.yaml"}, deployment, 2, "", `unexpected arguments ["app.yaml"]`},
 		{"bad version", []string{"--kube-version", "new"}, deployment, 2, "", "--kube-version"},

@@ -154,7 +154,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer stopEvents()
 		hookOpts = append(hookOpts, withEvents(rec))
 	}
-	hook, err := newWebhook(s, config.Strategies, log, reg, hookOpts...)
+	hook, err := newWebhook(s, config.NameOnly, log, reg, hookOpts...)
 	if err != nil {
 		return err
 	}

@@ -69,8 +69,8 @@ func (fs fileSettings) settings() (inject.Settings, error) {
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
 	}
-	if fs.Strategy != "" && !slices.Contains(config.Strategies, fs.Strategy) {
-		bad("strategy", "unknown strategy %q (want one of %s)", fs.Strategy, strings.Join(config.Strategies, ", "))
+	if fs.Strategy != "" && !slices.Contains(config.NameOnly, fs.Strategy) {
+		bad("strategy", "%s", inject.StrategyProblem(fs.Strategy, config.NameOnly))
 	}
 	if fs.ConfigMap != "" {
 		if e := validation.IsDNS1123Subdomain(fs.ConfigMap); len(e) > 0 {

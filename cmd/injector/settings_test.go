@@ -48,7 +48,7 @@ func TestSettingsValues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Image != "registry.example/loadshed:v0.1.0" || s.Strategy != "inflight" || s.ConfigMap != "loadshed-sidecar" ||
+	if s.Image != "registry.example/loadshed:v0.1.0" || s.Strategy != "codel" || s.ConfigMap != "loadshed-sidecar" ||
 		s.PortName != "http" || s.Port != 8100 || s.AdminPort != 9911 || s.DrainSeconds != 8 || s.GraceSeconds != 15 ||
 		s.PreStop != inject.PreStopExec || !s.Resources.Limits.Memory().Equal(resource.MustParse("64Mi")) {
 		t.Errorf("settings %+v", s)

@@ -115,6 +115,20 @@ var Strategies = func() []string {
 	return out
 }()
 
+// NameOnly lists the strategies a configuration may select by name alone, with no settings
+// block: those whose defaults say nothing about the backend (none, adaptive, codel). A
+// configuration generated from a strategy's name (inject, the webhook) can only be one of these;
+// the others need a rate or a limit sized for the service.
+var NameOnly = func() []string {
+	var out []string
+	for _, k := range registry {
+		if !k.Required && k.Name != StrategyChain {
+			out = append(out, k.Name)
+		}
+	}
+	return out
+}()
+
 // Lookup returns the kind called name.
 func Lookup(name string) (*Kind, bool) {
 	for i := range registry {

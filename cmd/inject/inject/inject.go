@@ -314,11 +314,11 @@ func Pod(name string, meta *metav1.ObjectMeta, spec *corev1.PodSpec, s Settings,
 	}
 	if v, ok := ann[AnnotationStrategy]; ok {
 		if !slices.Contains(strategies, v) {
-			return Result{}, &FieldError{"metadata.annotations[" + AnnotationStrategy + "]", fmt.Sprintf("unknown strategy %q (want one of %s)", v, strings.Join(strategies, ", "))}
+			return Result{}, &FieldError{"metadata.annotations[" + AnnotationStrategy + "]", StrategyProblem(v, strategies)}
 		}
 		s.Strategy = v
 	} else if !slices.Contains(strategies, s.Strategy) {
-		return Result{}, &FieldError{"strategy", fmt.Sprintf("unknown strategy %q (want one of %s)", s.Strategy, strings.Join(strategies, ", "))}
+		return Result{}, &FieldError{"strategy", StrategyProblem(s.Strategy, strategies)}
 	}
 	if v, ok := ann[AnnotationPort]; ok {
 		s.PortName = v
@@ -751,4 +751,14 @@ func freePort(p int32, used map[int32]bool) int32 {
 		p++
 	}
 	return p
+}
+
+// StrategyProblem says why a generated configuration cannot run strategy name: it is unknown, or
+// it needs settings sized for the service, which only the user's own ConfigMap can give.
+func StrategyProblem(name string, allowed []string) string {
+	if !slices.Contains(config.Strategies, name) {
+		return fmt.Sprintf("unknown strategy %q (want one of %s)", name, strings.Join(allowed, ", "))
+	}
+	return fmt.Sprintf("strategy %q needs settings sized for the service, which a generated configuration cannot know "+
+		"(want one of %s, or write your own ConfigMap and annotate %s)", name, strings.Join(allowed, ", "), AnnotationConfig)
 }

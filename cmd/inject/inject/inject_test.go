@@ -237,6 +237,7 @@ func TestErrorsNameTheObjectAndField(t *testing.T) {
 		{"udp port", pod("", "{name: dns, containerPort: 53, protocol: UDP}"), "Pod ns/p: spec.containers[0].ports[0].protocol: port dns is UDP", Options{Settings: Settings{PortName: "dns"}}},
 		{"bad inject", pod(`loadshed.dev/inject: "yes"`, "{name: a, containerPort: 80}"), "Pod ns/p: metadata.annotations[loadshed.dev/inject]", Options{}},
 		{"bad strategy", pod(`loadshed.dev/strategy: fastest`, "{name: a, containerPort: 80}"), `metadata.annotations[loadshed.dev/strategy]: unknown strategy "fastest"`, Options{}},
+		{"strategy needing settings", pod(`loadshed.dev/strategy: inflight`, "{name: a, containerPort: 80}"), `metadata.annotations[loadshed.dev/strategy]: strategy "inflight" needs settings sized for the service`, Options{}},
 		{"bad config name", pod(`loadshed.dev/config: "Not A Name"`, "{name: a, containerPort: 80}"), "metadata.annotations[loadshed.dev/config]", Options{}},
 		{"unknown field", strings.Replace(pod("", "{name: a, containerPort: 80}"), "image: a", "image: a, imagePolicy: x", 1), `document 2 (Pod ns/p): error unmarshaling JSON: while decoding JSON: json: unknown field "imagePolicy"`, Options{}},
 		{"cronjob path", "apiVersion: batch/v1\nkind: CronJob\nmetadata: {name: c}\nspec:\n  schedule: '* * * * *'\n  jobTemplate: {spec: {template: {spec: {containers: [{name: a, image: a}]}}}}\n",
@@ -244,7 +245,7 @@ func TestErrorsNameTheObjectAndField(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			c.o.Strategies = config.Strategies
+			c.o.Strategies = config.NameOnly // as inject and the webhook pass them
 			out, _, err := Manifests(strings.NewReader(good+c.doc), c.o)
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("err = %v, want it to contain %q", err, c.want)
