@@ -2,6 +2,7 @@ package config
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -21,5 +22,25 @@ func TestNameOnlyStrategiesRunOnTheirName(t *testing.T) {
 	}
 	if len(NameOnly) == 0 {
 		t.Fatal("NameOnly is empty")
+	}
+}
+
+// TestLoadReportsNeedACapacity: load reports say how much of the strategy's capacity is in
+// use, so strategy none (no capacity) with loadReports.orca is refused naming the field, as is a
+// report interval under a second; any other strategy takes them.
+func TestLoadReportsNeedACapacity(t *testing.T) {
+	for yaml, want := range map[string]string{
+		"admission: {strategy: none}\nloadReports: {orca: true}\n":     "loadReports.orca",
+		"loadReports: {orca: true, minInterval: 500ms}\n":              "loadReports.minInterval",
+		"admission: {strategy: adaptive}\nloadReports: {orca: true}\n": "",
+		"admission: {strategy: none}\nloadReports: {orca: false}\n":    "",
+	} {
+		_, err := Parse([]byte("upstream: http://127.0.0.1:8080\n" + yaml))
+		switch {
+		case want == "" && err != nil:
+			t.Errorf("%q: refused: %v", yaml, err)
+		case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+			t.Errorf("%q: %v, want an error naming %s", yaml, err, want)
+		}
 	}
 }
