@@ -79,8 +79,8 @@ func (r LoadReport) Binary() string {
 	return base64.RawStdEncoding.EncodeToString(b)
 }
 
-// Load reports the replica's current load: the latest of the gate's samples (every
-// loadSampleEvery while reports are on; zero before the first).
+// Load reports the replica's current load: the latest of the gate's samples (one when reports
+// start, then every loadSampleEvery while they are on; zero while they are off).
 func (g *Gate) Load() LoadReport {
 	if s := g.loads.snap.Load(); s != nil {
 		return s.report
@@ -133,6 +133,9 @@ func (g *Gate) startLoads(cfg *config.Config) {
 	}
 	s.last = g.clock.Now()
 	s.prev, s.util = map[*Policy]policyCounts{}, map[*Policy]float64{}
+	// A first sample now (the limits, no rate yet), so that the answers before the first tick
+	// carry a report too.
+	s.snap.Store(s.sample(g.state.Load(), 0))
 	s.timer = g.clock.AfterFunc(loadSampleEvery, g.sampleLoad)
 }
 
