@@ -6,10 +6,16 @@
 package live
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -27,6 +33,7 @@ import (
 	orcasvc "github.com/cncf/xds/go/xds/service/orca/v3"
 
 	"github.com/loadshed/loadshed/internal/backend/backendpb"
+	"github.com/loadshed/loadshed/internal/loadgen"
 )
 
 // The three replicas of issue 33: two of 4 workers x 20 ms (200 calls/s each), one of 4 x 60 ms
@@ -44,16 +51,27 @@ const balanceSLO = 250 * time.Millisecond
 func startReplicas(t *testing.T, caps ...Capacity) []string {
 	t.Helper()
 	var addrs []string
+	for _, e := range startSidecars(t, true, caps...) {
+		addrs = append(addrs, strings.TrimPrefix(e.ProxyURL, "http://"))
+	}
+	return addrs
+}
+
+// startSidecars starts one sidecar (adaptive admission, ORCA reports on) in front of one
+// backend per capacity, forwarding to its gRPC port or (grpc false) its HTTP port.
+func startSidecars(t *testing.T, grpc bool, caps ...Capacity) []*Env {
+	t.Helper()
+	var envs []*Env
 	for _, c := range caps {
-		e, err := Start(Setup{Workers: c.Workers, Service: Constant(c.Service), GRPC: true,
+		e, err := Start(Setup{Workers: c.Workers, Service: Constant(c.Service), GRPC: grpc,
 			Admission: policy(t, "strategy: adaptive"), Extra: "loadReports: {orca: true}"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(e.Close)
-		addrs = append(addrs, strings.TrimPrefix(e.ProxyURL, "http://"))
+		envs = append(envs, e)
 	}
-	return addrs
+	return envs
 }
 
 // balancedClient is a grpc-go client over addrs (a manual resolver lists them) with the given
@@ -290,5 +308,133 @@ func TestGRPCWeightedRoundRobinOnReports(t *testing.T) {
 			problems = append(problems, fmt.Sprintf("weighted_round_robin on out-of-band reports served %.3f of the offered calls within %s, round robin %.3f: want at least round robin + 0.08", s, balanceSLO, rr))
 		}
 		return problems
+	})
+}
+
+// balancingEnvoy is an Envoy config: one HTTP listener routing everything to a cluster of the
+// given endpoints (host:port) under the given cluster-level balancing YAML.
+const balancingEnvoy = `admin:
+  address: {socket_address: {address: 127.0.0.1, port_value: %s}}
+static_resources:
+  listeners:
+  - name: in
+    address: {socket_address: {address: 127.0.0.1, port_value: %s}}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: in
+          route_config:
+            virtual_hosts:
+            - name: all
+              domains: ["*"]
+              routes:
+              - match: {prefix: /}
+                route: {cluster: replicas, timeout: 2s}
+          http_filters:
+          - name: envoy.filters.http.router
+            typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}
+  clusters:
+  - name: replicas
+    type: STATIC
+    connect_timeout: 1s
+%s
+    load_assignment:
+      cluster_name: replicas
+      endpoints:
+      - lb_endpoints:
+%s`
+
+// Envoy's balancing blocks: round robin, and client_side_weighted_round_robin on the endpoints'
+// ORCA reports (in-band: endpoint-load-metrics on every answer).
+const (
+	envoyRoundRobin = "    lb_policy: ROUND_ROBIN"
+	envoyCSWRR      = `    load_balancing_policy:
+      policies:
+      - typed_extension_config:
+          name: envoy.load_balancing_policies.client_side_weighted_round_robin
+          typed_config:
+            "@type": type.googleapis.com/envoy.extensions.load_balancing_policies.client_side_weighted_round_robin.v3.ClientSideWeightedRoundRobin
+            blackout_period: 1s
+            weight_update_period: 0.25s`
+)
+
+// startBalancingEnvoy runs Envoy in front of the sidecars' data ports with a balancing block,
+// until the test ends, and returns its listener's URL.
+func startBalancingEnvoy(t *testing.T, lb string, envs []*Env) string {
+	t.Helper()
+	bin, err := FindEnvoy()
+	if err != nil {
+		t.Skip(err)
+	}
+	listen, err1 := freePort()
+	admin, err2 := freePort()
+	if err1 != nil || err2 != nil {
+		t.Fatal(err1, err2)
+	}
+	port := func(addr string) string { return addr[strings.LastIndexByte(addr, ':')+1:] }
+	var eps strings.Builder
+	for _, e := range envs {
+		fmt.Fprintf(&eps, "        - endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: %s}}}\n", port(e.ProxyURL))
+	}
+	path := filepath.Join(t.TempDir(), "envoy.yaml")
+	if err := os.WriteFile(path, fmt.Appendf(nil, balancingEnvoy, port(admin), port(listen), lb, eps.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var log bytes.Buffer
+	cmd := exec.Command(bin, "-c", path, "--disable-hot-restart", "--concurrency", "2", "-l", "warning")
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() })
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if res, err := http.Get("http://" + admin + "/ready"); err == nil {
+			res.Body.Close()
+			if res.StatusCode == http.StatusOK {
+				return "http://" + listen
+			}
+		}
+		if time.Now().After(deadline) || cmd.ProcessState != nil {
+			t.Fatalf("envoy not ready within 20 s: %s", log.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestEnvoyWeightsByReports: Envoy 1.40 with client_side_weighted_round_robin over two sidecars,
+// one in front of a backend three times slower, reads the reports on their answers
+// (endpoint-load-metrics, TEXT) and sends the slow one clearly less than round robin's half:
+// its weight follows its capacity (67 of 267 calls/s, a quarter). Envoy does not expose the
+// weights it computes, so the traffic it sends is the proof that it parsed the reports.
+func TestEnvoyWeightsByReports(t *testing.T) {
+	const rate = 200.0
+	share := map[string]float64{}
+	bestOfThree(t, func() []string {
+		for _, v := range []struct{ name, lb string }{{"round_robin", envoyRoundRobin}, {"cswrr", envoyCSWRR}} {
+			envs := startSidecars(t, false, fastReplica, slowReplica)
+			url := startBalancingEnvoy(t, v.lb, envs)
+			l := func(d time.Duration) loadgen.Config {
+				return loadgen.Config{Target: url + "/", Schedule: loadgen.ConstantRate(rate, d), Timeout: time.Second, SLO: balanceSLO}
+			}
+			if _, err := loadgen.Run(context.Background(), l(3*time.Second)); err != nil { // past the blackout period
+				t.Fatal(err)
+			}
+			before := []float64{count(t, envs[0]), count(t, envs[1])}
+			res, err := loadgen.Run(context.Background(), l(10*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			fast, slow := count(t, envs[0])-before[0], count(t, envs[1])-before[1]
+			share[v.name] = slow / max(fast+slow, 1)
+			t.Logf("RESULT Envoy %s: the slow replica got %.0f of %.0f requests (%.3f); goodput %.0f/s of %.0f/s offered, shed %.1f%%",
+				v.name, slow, fast+slow, share[v.name], res.GoodputRPS, rate, 100*res.ShedShare)
+		}
+		if rr, w := share["round_robin"], share["cswrr"]; w > 0.35 || w > rr-0.1 {
+			return []string{fmt.Sprintf("client_side_weighted_round_robin sent the slow replica %.3f of the requests, round robin %.3f: want at most 0.35 and 0.1 less than round robin", w, rr)}
+		}
+		return nil
 	})
 }
