@@ -79,8 +79,8 @@ func (r LoadReport) Binary() string {
 	return base64.RawStdEncoding.EncodeToString(b)
 }
 
-// Load reports the replica's current load: the latest of the gate's samples (every
-// loadSampleEvery while reports are on; zero before the first).
+// Load reports the replica's current load: the latest of the gate's samples (one when reports
+// start, then every loadSampleEvery while they are on; zero while they are off).
 func (g *Gate) Load() LoadReport {
 	if s := g.loads.snap.Load(); s != nil {
 		return s.report
@@ -106,6 +106,7 @@ type loadSampler struct {
 	last    time.Time
 	prev    map[*Policy]policyCounts
 	util    map[*Policy]float64
+	limit   map[*Policy]float64
 	rps     float64
 	eps     float64
 }
@@ -132,7 +133,10 @@ func (g *Gate) startLoads(cfg *config.Config) {
 		return
 	}
 	s.last = g.clock.Now()
-	s.prev, s.util = map[*Policy]policyCounts{}, map[*Policy]float64{}
+	s.prev, s.util, s.limit = map[*Policy]policyCounts{}, map[*Policy]float64{}, map[*Policy]float64{}
+	// A first sample now (the limits, no rate yet), so that the answers before the first tick
+	// carry a report too.
+	s.snap.Store(s.sample(g.state.Load(), 0))
 	s.timer = g.clock.AfterFunc(loadSampleEvery, g.sampleLoad)
 }
 
@@ -196,7 +200,13 @@ func (s *loadSampler) sample(st *state, dt time.Duration) *loadSnap {
 			if dt > 0 {
 				inUse = max(inUse, float64(c.admitted-before.admitted)/dt.Seconds()*p.latency.value().Seconds())
 			}
-			u = max(u, inUse/stats.Limit)
+			// Over the limit's own moving mean: an adaptive limit swings (2 to 15 in front of 4
+			// workers at 85% load), and a sample over a dip would read as an overload.
+			if _, ok := s.limit[p]; !ok {
+				s.limit[p] = stats.Limit
+			}
+			s.limit[p] += alpha * (stats.Limit - s.limit[p])
+			u = max(u, inUse/s.limit[p])
 		}
 		s.util[p] += alpha * (u - s.util[p])
 		r.Utilization = max(r.Utilization, s.util[p])
@@ -205,6 +215,7 @@ func (s *loadSampler) sample(st *state, dt time.Duration) *loadSnap {
 		if !seen[p] {
 			delete(s.util, p) // replaced by a reload
 			delete(s.prev, p)
+			delete(s.limit, p)
 		}
 	}
 	if dt > 0 {
