@@ -188,9 +188,11 @@ func balancingPolicy(name string) (BalancingPolicy, bool) {
 // ShareSample is Envoy's per-host counters at one moment, T seconds after the load started.
 type ShareSample struct {
 	T float64
-	// Requests and Weights per replica (Envoy's rq_total and the host's current weight).
+	// Requests and Weights per replica (Envoy's rq_total and the host's current weight);
+	// Limits each sidecar's concurrency limit (loadshed_limit, 0 when unread).
 	Requests []uint64
 	Weights  []uint64
+	Limits   []float64 `json:",omitempty"`
 }
 
 // BalancingPoint is one policy in one case, one repeat.
@@ -469,7 +471,11 @@ func runBalancingPoint(ctx context.Context, cfg BalancingConfig, cs BalancingCas
 	}
 
 	// The load, with Envoy's per-host counters read beside it.
-	sampler := startHostSampler(ctx, "http://"+admin+"/clusters?format=json", datas, cfg.SampleEvery)
+	var admins []string
+	for _, r := range reps {
+		admins = append(admins, "http://"+r.admin+"/metrics")
+	}
+	sampler := startHostSampler(ctx, "http://"+admin+"/clusters?format=json", datas, admins, cfg.SampleEvery)
 	var switchErr error
 	var switchWait sync.WaitGroup
 	if cs.SwitchTo != nil {
@@ -635,7 +641,8 @@ type hostSampler struct {
 	samples []ShareSample
 }
 
-func startHostSampler(ctx context.Context, url string, replicas []string, every time.Duration) *hostSampler {
+// It also reads each sidecar's concurrency limit from metricsURLs (one per replica).
+func startHostSampler(ctx context.Context, url string, replicas, metricsURLs []string, every time.Duration) *hostSampler {
 	ctx, cancel := context.WithCancel(ctx)
 	s := &hostSampler{cancel: cancel, done: make(chan struct{})}
 	start := time.Now()
@@ -647,6 +654,12 @@ func startHostSampler(ctx context.Context, url string, replicas []string, every 
 		for {
 			if sm, ok := readHosts(ctx, client, url, replicas); ok {
 				sm.T = time.Since(start).Seconds()
+				sm.Limits = make([]float64, len(metricsURLs))
+				for i, u := range metricsURLs {
+					if body, err := getBody(ctx, client, u); err == nil {
+						sm.Limits[i], _ = loadshedLimit(body)
+					}
+				}
 				s.samples = append(s.samples, sm)
 			}
 			select {
@@ -686,17 +699,29 @@ type envoyClusters struct {
 }
 
 func readHosts(ctx context.Context, client *http.Client, url string, replicas []string) (ShareSample, bool) {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	resp, err := client.Do(req)
+	body, err := getBody(ctx, client, url)
 	if err != nil {
 		return ShareSample{}, false
 	}
+	return parseHosts(body, "replicas", replicas)
+}
+
+// getBody GETs url and returns its body (at most 1 MiB) when the answer is 200.
+func getBody(ctx context.Context, client *http.Client, url string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, err
+	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil || resp.StatusCode != http.StatusOK {
-		return ShareSample{}, false
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("GET %s: status %d", url, resp.StatusCode)
 	}
-	return parseHosts(body, "replicas", replicas)
+	return body, err
 }
 
 // parseHosts takes each replica's rq_total and weight from Envoy's /clusters?format=json.
