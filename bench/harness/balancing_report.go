@@ -290,10 +290,12 @@ func (r *BalancingResult) withinChart(path string) error {
 		return nil
 	}
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("offered requests answered 2xx within %s, Envoy over three loadshed replicas", r.Config.SLO)
+	p.Title.Text = fmt.Sprintf("answered 2xx within %s / offered", r.Config.SLO)
 	p.Y.Label.Text = "share of offered"
 	p.Y.Min, p.Y.Max = 0, 1.1
-	p.Legend.Top = true
+	// The legend sits low on the left, clear of the bars.
+	p.Legend.Left = true
+	p.Legend.YOffs = vg.Points(40)
 	p.Add(plotter.NewGrid())
 	names := make([]string, len(cases))
 	for i, cs := range cases {
@@ -334,7 +336,7 @@ func (r *BalancingResult) withinChart(path string) error {
 	p.Add(target)
 	p.Legend.Add(fmt.Sprintf("target %.2f", TargetWithinSLO), target)
 	p.NominalX(names...)
-	return p.Save(8*vg.Inch, 5*vg.Inch, path)
+	return p.Save(10*vg.Inch, 5*vg.Inch, path)
 }
 
 // recoveryShareChart draws each replica's share of Envoy's requests per second in the first
@@ -358,9 +360,9 @@ func (r *BalancingResult) recoveryShareChart(path string) error {
 	}
 	p := plot.New()
 	switchAt := pt.WarmupS + cs.SwitchAfter.Seconds()
-	p.Title.Text = fmt.Sprintf("%s: replica shares per second; replica 3 turns %d x %s at %.0f s", PolicyCSWRR, cs.SwitchTo.Workers, cs.SwitchTo.Service, switchAt)
+	p.Title.Text = fmt.Sprintf("weighted round robin: replica 3 turns %d x %s at %.0f s", cs.SwitchTo.Workers, cs.SwitchTo.Service, switchAt)
 	p.X.Label.Text = "seconds since the load started"
-	p.Y.Label.Text = "share of Envoy's requests over the last second"
+	p.Y.Label.Text = "share of requests, last second"
 	p.Y.Min, p.Y.Max = 0, 1
 	p.Legend.Top = true
 	p.Add(plotter.NewGrid())
@@ -395,5 +397,5 @@ func (r *BalancingResult) recoveryShareChart(path string) error {
 	mark.Dashes = []vg.Length{vg.Points(2), vg.Points(2)}
 	p.Add(mark)
 	p.Legend.Add("switch", mark)
-	return p.Save(9*vg.Inch, 5*vg.Inch, path)
+	return p.Save(10*vg.Inch, 5*vg.Inch, path)
 }
