@@ -38,6 +38,13 @@ func Rerender(dir string, stdout io.Writer) error {
 		}
 		r.Config.OutDir = dir
 		return r.writeOutputs(stdout)
+	case "balancing":
+		var r BalancingResult
+		if err := json.Unmarshal(b, &r); err != nil {
+			return fmt.Errorf("%s: %w", resultFile, err)
+		}
+		r.Config.OutDir = dir
+		return r.writeOutputs(stdout)
 	case "adaptive":
 		var r AdaptiveResult
 		if err := json.Unmarshal(b, &r); err != nil {

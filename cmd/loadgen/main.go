@@ -75,6 +75,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		mix         = fs.String("priority-mix", "", "weighted X-Loadshed-Priority values, e.g. critical=30,sheddable=70; requests are tagged by priority")
 		maxInFlight = fs.Int("max-inflight", 0, "cap on requests in flight (default: peak rate x timeout + margin)")
 		lateTol     = fs.Duration("late-tolerance", loadgen.DefaultLateTolerance, "a request starting later than this after its scheduled time is a late start")
+		warmup      = fs.Duration("warmup", 0, "send the first part of the schedule like the rest but leave it out of the figures (a steady state after it)")
 		capacity    = fs.Float64("capacity", 0, "capacity of the system under test in rps, for the goodput/C column")
 		useGRPC     = fs.Bool("grpc", false, "send gRPC calls of "+loadgen.WorkMethod+" over h2c instead of HTTP requests; --target is host:port or http://host:port")
 		grpcConns   = fs.Int("grpc-conns", 0, "with --grpc: HTTP/2 connections to spread the calls over (default: one per 100 calls in flight)")
@@ -161,6 +162,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Prepare:       prepare,
 		MaxInFlight:   *maxInFlight,
 		LateTolerance: *lateTol,
+		Warmup:        *warmup,
 		GRPC:          grpcCfg,
 	}
 	if *timeout <= 0 {

@@ -107,6 +107,7 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{"--target", "http://127.0.0.1:1", "--rate", "1", "--duration", "1s", "--priority-mix", "a"},
 		{"--target", "http://127.0.0.1:1", "--rate", "1", "--duration", "1s", "--timeout", "0s"},
 		{"--target", "ftp://x", "--rate", "1", "--duration", "1s"},
+		{"--target", "http://127.0.0.1:1", "--rate", "1", "--duration", "1s", "--warmup", "1s"},
 		{"--rate", "1", "--duration", "1s", "extra"},
 		{"--bogus"},
 	} {
@@ -210,5 +211,25 @@ func TestRunRejectsBadGRPCFlags(t *testing.T) {
 		if !errors.As(err, new(usageError)) || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("run(%q) = %v, want a usage error with %q", tt.args, err, tt.want)
 		}
+	}
+}
+
+func TestRunWarmupIsSentButNotCounted(t *testing.T) {
+	var seen atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { seen.Add(1) }))
+	defer srv.Close()
+	var out, errOut strings.Builder
+	err := run(context.Background(), []string{
+		"--target", srv.URL, "--rate", "100", "--duration", "300ms", "--warmup", "100ms", "--late-tolerance", "250ms", "--json",
+	}, &out, &errOut)
+	if err != nil {
+		t.Fatalf("run: %v (stderr %q)", err, errOut.String())
+	}
+	var r loadgen.Result
+	if err := json.Unmarshal([]byte(out.String()), &r); err != nil {
+		t.Fatalf("output is not a result: %v\n%s", err, out.String())
+	}
+	if seen.Load() != 30 || r.Offered != 20 || r.Success != 20 {
+		t.Fatalf("server saw %d, result offered %d success %d; want 30 sent, 20 counted", seen.Load(), r.Offered, r.Success)
 	}
 }

@@ -21,7 +21,8 @@ import (
 //
 // Utilization is the share of the strategy's capacity in use, a moving mean over about a second:
 // for a concurrency limit (inflight, bounded-queue, adaptive, codel), what is in flight and
-// waiting over the limit; for a rate (token-bucket, leaky-bucket), the admitted rate over the
+// waiting over the limit (the limit's mean over about ten seconds: an adaptive limit's probing
+// is not capacity); for a rate (token-bucket, leaky-bucket), the admitted rate over the
 // configured rate; for a chain, the larger of the two; over several routes, the most loaded one.
 // Either way a replica that serves R requests per second at its capacity C reads R/C, so a
 // balancer's weight R/Utilization converges to C: each replica gets traffic in proportion to what
@@ -92,6 +93,10 @@ func (g *Gate) Load() LoadReport {
 const (
 	loadSampleEvery = 50 * time.Millisecond
 	loadWindow      = time.Second
+	// limitWindow is the moving mean of a concurrency limit that utilization divides by: an
+	// adaptive limit probes up and down by several times within a second, and a balancer that
+	// weighs by RPS/utilization would follow the probe instead of the capacity.
+	limitWindow = 10 * time.Second
 )
 
 // loadSampler keeps the gate's load report current while the configuration asks for reports:
@@ -169,6 +174,7 @@ func (g *Gate) sampleLoad() {
 // sample folds the state of every policy into the moving means, dt after the previous sample.
 func (s *loadSampler) sample(st *state, dt time.Duration) *loadSnap {
 	alpha := 1 - math.Exp(-dt.Seconds()/loadWindow.Seconds())
+	alphaLimit := 1 - math.Exp(-dt.Seconds()/limitWindow.Seconds())
 	var r LoadReport
 	var admitted, refused int64
 	seen := make(map[*Policy]bool, len(s.util))
@@ -200,13 +206,13 @@ func (s *loadSampler) sample(st *state, dt time.Duration) *loadSnap {
 			if dt > 0 {
 				inUse = max(inUse, float64(c.admitted-before.admitted)/dt.Seconds()*p.latency.value().Seconds())
 			}
-			// Over the limit's own moving mean: an adaptive limit swings (2 to 15 in front of 4
-			// workers at 85% load), and a sample over a dip would read as an overload.
-			if _, ok := s.limit[p]; !ok {
-				s.limit[p] = stats.Limit
+			lim, known := s.limit[p]
+			if !known {
+				lim = stats.Limit
 			}
-			s.limit[p] += alpha * (stats.Limit - s.limit[p])
-			u = max(u, inUse/s.limit[p])
+			lim += alphaLimit * (stats.Limit - lim)
+			s.limit[p] = lim
+			u = max(u, inUse/lim)
 		}
 		s.util[p] += alpha * (u - s.util[p])
 		r.Utilization = max(r.Utilization, s.util[p])

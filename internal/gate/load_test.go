@@ -142,3 +142,43 @@ func TestLoadReportsOnAnswers(t *testing.T) {
 		})
 	}
 }
+
+// TestLoadReportSteadiesTheLimit: the utilization of an adaptive limit divides what is in use
+// by the limit's moving mean over limitWindow, so a limit that falls for a moment (failures)
+// does not make the same load read as an overload at once: balancers follow the replica's
+// capacity, not the limit's swings.
+func TestLoadReportSteadiesTheLimit(t *testing.T) {
+	g, clk, _ := newGate(t, "admission: {strategy: adaptive, adaptive: {initialLimit: 16, minLimit: 1, maxLimit: 16, slowStart: 0s, window: 100ms, queue: {depthPerLimit: 0}}}\nloadReports: {orca: true}\n")
+	var held []*Pass
+	for range 4 {
+		p := admit(t, g, request(nil))
+		p.Forward(clk.Now())
+		held = append(held, p)
+	}
+	clk.Advance(20 * time.Second)
+	before := g.Load()
+	if !near(before.Utilization, 4.0/16, 0.02) {
+		t.Fatalf("4 of 16 held: %+v, want utilization 0.25", before)
+	}
+	// Upstream failures for a while: the limit falls.
+	for range 60 {
+		clk.Advance(10 * time.Millisecond)
+		if p, err := g.Admit(t.Context(), request(nil), nil); err == nil {
+			p.Forward(clk.Now())
+			p.Answered(Answer{Status: 503, At: clk.Now().Add(time.Millisecond)})
+			p.Finish()
+		}
+	}
+	clk.Advance(2 * time.Second) // the load's own mean has caught up by now
+	r := g.Load()
+	if r.Limit >= 12 {
+		t.Fatalf("the limit stayed at %v after failures: the test does not move it", r.Limit)
+	}
+	if instant := 4 / r.Limit; r.Utilization > (before.Utilization+instant)/2 {
+		t.Errorf("limit %v: utilization %.3f moved most of the way to the instant %.3f from %.3f",
+			r.Limit, r.Utilization, instant, before.Utilization)
+	}
+	for _, p := range held {
+		p.Finish()
+	}
+}

@@ -32,13 +32,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		aWorkers string
 		aShapes  string
 	)
-	fs.StringVar(&scenario, "scenario", "peers", "what to run: peers (every target under the overload points and the spike), cost (forwarding ceiling and CPU per request, one core per proxy) adaptive (loadshed adaptive vs Envoy adaptive_concurrency over W, service shapes and loads) or long (loadshed adaptive as sidecar and as Envoy's ext_proc vs Envoy adaptive_concurrency, minutes at 2x and a capacity halving, shed share per second); cost, adaptive and long never run in CI")
+	fs.StringVar(&scenario, "scenario", "peers", "what to run: peers (every target under the overload points and the spike), cost (forwarding ceiling and CPU per request, one core per proxy) adaptive (loadshed adaptive vs Envoy adaptive_concurrency over W, service shapes and loads) long (loadshed adaptive as sidecar and as Envoy's ext_proc vs Envoy adaptive_concurrency, minutes at 2x and a capacity halving, shed share per second) or balancing (Envoy balancing three loadshed replicas by round robin, by their ORCA reports and by least request: one slowed, all equal, the slow one recovering); cost, adaptive, long and balancing never run in CI")
 	fs.BoolVar(&quick, "quick", false, "CI smoke: one short point (2x, 3s, one repeat, a few targets, no spike); with --scenario cost or adaptive, their couple-of-minutes variant")
 	fs.StringVar(&cfg.OutDir, "out", "", "results directory (default results/bench-<time> under the repository root)")
 	fs.StringVar(&cfg.WorkDir, "work", "", "directory for generated configs and logs (default: a temporary directory)")
 	fs.BoolVar(&cfg.KeepWork, "keep-work", false, "keep the temporary work directory (configs and logs)")
 	fs.StringVar(&loads, "loads", "0.5,1,2,5,10", "overload points as multiples of the backend capacity")
-	fs.DurationVar(&cfg.PointDuration, "duration", 8*time.Second, "load duration of each point")
+	fs.DurationVar(&cfg.PointDuration, "duration", 8*time.Second, "load duration of each point (balancing: the measured window, default 30s, --quick 10s)")
 	fs.IntVar(&cfg.Repeats, "repeats", 3, "repeats of every point (medians are reported)")
 	fs.BoolVar(&spike, "spike", true, "also run the spike scenario (0.5x -> 5x -> 0.5x)")
 	fs.DurationVar(&cfg.SpikeBase, "spike-base", 5*time.Second, "spike: time at 0.5x before the spike")
@@ -60,7 +60,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.Bins.PlainProxy, "plainproxy-bin", "", "prebuilt plainproxy binary (default: go build ./cmd/plainproxy)")
 	fs.StringVar(&cfg.Bins.Envoy, "envoy", "", "Envoy binary (default: scripts/install-tools.sh envoy)")
 	fs.StringVar(&cfg.Bins.Wrk, "wrk", "", "wrk binary, cost scenario (default: wrk on PATH, else apt-get install wrk)")
-	fs.DurationVar(&adaptive.Warmup, "warmup", 5*time.Second, "cost and adaptive: unmeasured load before each measurement (cost default 2s, with --quick 1s; adaptive --quick 3s)")
+	fs.DurationVar(&adaptive.Warmup, "warmup", 5*time.Second, "cost, adaptive and balancing: unmeasured load before each measurement (cost default 2s, with --quick 1s; adaptive --quick 3s; balancing 10s, --quick 5s)")
 	fs.DurationVar(&adaptive.TraceEvery, "trace-every", 100*time.Millisecond, "adaptive and long: how often each target's concurrency limit is read")
 	fs.StringVar(&aWorkers, "adaptive-workers", "4,8,16", "adaptive: backend sizes W (capacity stays --backend-workers/--backend-service; S = W/C)")
 	fs.StringVar(&aShapes, "adaptive-services", "constant,slow-tail", "adaptive: service time shapes (constant, slow-tail)")
@@ -78,6 +78,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&cost.CeilingDuration, "ceiling-duration", 10*time.Second, "cost: measured time of each forwarding-ceiling point")
 	fs.DurationVar(&cost.LatencyDuration, "latency-duration", 10*time.Second, "cost: how long cmd/loadgen times the added latency at the fixed rate after k6 (0: not timed that way)")
 	fs.Float64Var(&cost.BusyLimit, "busy-limit", 0.9, "cost: a point whose load core (CPU 0) was this busy is invalid")
+	var bal balancingFlags
+	fs.Float64Var(&bal.rate, "balancing-rate", 400, "balancing: rps offered to the replicas with one slowed (2 x 200 + 67 rps), and in the recovery case")
+	fs.Float64Var(&bal.equalRate, "balancing-equal-rate", 480, "balancing: rps offered to three equal replicas (600 rps)")
+	fs.DurationVar(&bal.switchAfter, "switch-after", 10*time.Second, "balancing: when the slowed replica turns fast in the recovery case, into the measured window")
+	fs.StringVar(&bal.cases, "balancing-cases", "slow,equal,recovery", "balancing: the cases to run (slow, equal, recovery)")
+	fs.StringVar(&bal.policies, "balancing-policies", "", "balancing: the policies to run (round_robin, client_side_weighted_round_robin, least_request; default each case's)")
+	fs.StringVar(&bal.loadshed, "balancing-loadshed", harness.DefaultBalancingLoadshed, "balancing: each sidecar's admission and loadReports block (YAML)")
 	longFor := fs.Duration("long", 3*time.Minute, "long: the measured time at the load (with --quick 20s)")
 	halvingFor := fs.Duration("halving", time.Minute, "long: the capacity halving's run, the drop at a third of it (with --quick 12s)")
 	if err := cli.Parse(fs, args); err != nil {
@@ -101,13 +108,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		loads, quick = "", false // the preset replaces the peers' loads and quick point
 		cfg.TraceEvery = adaptive.TraceEvery
+	case "balancing":
+		if *k6smoke != "" {
+			return cli.Usagef("--k6-smoke runs the k6 scripts, not --scenario %s", scenario)
+		}
+		return runBalancing(ctx, args, set, quick, cfg, adaptive.Warmup, bal, stdout, stderr)
 	case "cost", "adaptive":
 		if *k6smoke != "" {
 			return cli.Usagef("--k6-smoke runs the k6 scripts, not --scenario %s", scenario)
 		}
 		return runScenario(ctx, scenario, args, set, quick, cfg, loads, cost, adaptive, aWorkers, aShapes, stdout, stderr)
 	default:
-		return cli.Usagef("--scenario: want peers, cost, adaptive or long, got %q", scenario)
+		return cli.Usagef("--scenario: want peers, cost, adaptive, long or balancing, got %q", scenario)
 	}
 	if quick {
 		cfg.Quick = true
@@ -270,6 +282,78 @@ func runScenario(ctx context.Context, scenario string, args []string, set map[st
 	cfg.TraceEvery = adaptive.TraceEvery
 	adaptive.Config = cfg
 	_, err = harness.RunAdaptive(ctx, adaptive, stdout, stderr)
+	return err
+}
+
+// balancingFlags are the balancing scenario's own flags.
+type balancingFlags struct {
+	rate, equalRate           float64
+	switchAfter               time.Duration
+	cases, policies, loadshed string
+}
+
+// runBalancing runs the balancing scenario: --duration (default 30s) measured after --warmup
+// (default 10s), --repeats (default 2), --slo 250ms unless set; with --quick one repeat of 10 s
+// after 5 s.
+func runBalancing(ctx context.Context, args []string, set map[string]bool, quick bool, cfg harness.Config, warmup time.Duration,
+	f balancingFlags, stdout, stderr io.Writer) error {
+	b := harness.BalancingConfig{WorkDir: cfg.WorkDir, KeepWork: cfg.KeepWork, Bins: cfg.Bins, Repeats: cfg.Repeats,
+		Warmup: warmup, Duration: cfg.PointDuration, SLO: cfg.SLO, ClientTimeout: cfg.ClientTimeout,
+		SampleEvery: 250 * time.Millisecond, Loadshed: f.loadshed, Quick: quick}
+	def := func(name string, apply func()) {
+		if !set[name] {
+			apply()
+		}
+	}
+	def("duration", func() { b.Duration = 30 * time.Second })
+	def("warmup", func() { b.Warmup = 10 * time.Second })
+	def("repeats", func() { b.Repeats = 2 })
+	def("slo", func() { b.SLO = 250 * time.Millisecond })
+	if quick {
+		def("duration", func() { b.Duration = 10 * time.Second })
+		def("warmup", func() { b.Warmup = 5 * time.Second })
+		def("repeats", func() { b.Repeats = 1 })
+		def("switch-after", func() { f.switchAfter = 3 * time.Second })
+	}
+	want := map[string]bool{}
+	for _, c := range strings.Split(f.cases, ",") {
+		if c = strings.TrimSpace(c); c != "" {
+			want[c] = true
+		}
+	}
+	var pols []string
+	for _, p := range strings.Split(f.policies, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			pols = append(pols, p)
+		}
+	}
+	for _, cs := range harness.BalancingCases(f.rate, f.equalRate, f.switchAfter) {
+		if !want[cs.Name] {
+			continue
+		}
+		delete(want, cs.Name)
+		if len(pols) > 0 {
+			cs.Policies = pols
+		}
+		b.Cases = append(b.Cases, cs)
+	}
+	for c := range want {
+		return cli.Usagef("--balancing-cases: want slow, equal or recovery, got %q", c)
+	}
+	var err error
+	if b.RepoRoot, err = repoRoot(); err != nil {
+		return err
+	}
+	b.OutDir = cfg.OutDir
+	if b.OutDir == "" {
+		b.OutDir = filepath.Join(b.RepoRoot, "results", "balancing-"+time.Now().UTC().Format("20060102-150405"))
+	}
+	b.CommandLine = strings.TrimSpace("go run ./bench/cmd/bench " + strings.Join(args, " "))
+	start := time.Now()
+	defer func() {
+		fmt.Fprintf(stderr, "bench: results in %s (%s)\n", b.OutDir, time.Since(start).Round(time.Second))
+	}()
+	_, err = harness.RunBalancing(ctx, b, stdout, stderr)
 	return err
 }
 

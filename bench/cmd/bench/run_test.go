@@ -33,6 +33,9 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{[]string{"--scenario", "long", "--loads", "2,3", "--out", "unused"}, "--loads"},
 		{[]string{"--scenario", "long", "--long", "2s", "--out", "unused"}, "--long"},
 		{[]string{"--scenario", "long", "--k6-smoke", "loadshed/inflight"}, "--k6-smoke"},
+		{[]string{"--scenario", "balancing", "--balancing-cases", "slow,skewed", "--out", "unused"}, "--balancing-cases"},
+		{[]string{"--scenario", "balancing", "--balancing-policies", "random", "--out", "unused"}, "unknown policy"},
+		{[]string{"--scenario", "balancing", "--k6-smoke", "loadshed/inflight"}, "--k6-smoke"},
 	} {
 		err := run(context.Background(), tc.args, io.Discard, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
