@@ -1,8 +1,10 @@
 package httpdoor
 
 import (
+	"fmt"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	orcasvc "github.com/cncf/xds/go/xds/service/orca/v3"
@@ -20,6 +22,11 @@ import (
 // weighted_round_robin (and Envoy) can watch the replica's load without sending it requests.
 const orcaPath = "/xds.service.orca.v3.OpenRcaService/StreamCoreMetrics"
 
+// maxReportStreams bounds the report streams open at once: a balancer holds one per replica, a
+// few hundred clients at most; a client that opens more gets RESOURCE_EXHAUSTED, so streams
+// cannot pile up goroutines and timers.
+const maxReportStreams = 256
+
 // orcaService serves xds.service.orca.v3.OpenRcaService from the gate's load report, through
 // grpc-go's server on net/http's HTTP/2 (grpc.Server.ServeHTTP). grpc-go's own orca package
 // would hold every client to at least 30 s between reports; this one allows
@@ -29,13 +36,15 @@ type orcaService struct {
 	gate *gate.Gate
 	srv  *grpc.Server
 
+	open    atomic.Int64 // report streams open now
+	max     int64        // maxReportStreams
 	mu      sync.Mutex
 	stop    chan struct{} // closed by stopStreams
 	stopped bool
 }
 
 func newORCAService(g *gate.Gate) *orcaService {
-	o := &orcaService{gate: g, srv: grpc.NewServer(), stop: make(chan struct{})}
+	o := &orcaService{gate: g, srv: grpc.NewServer(), stop: make(chan struct{}), max: maxReportStreams}
 	orcasvc.RegisterOpenRcaServiceServer(o.srv, o)
 	return o
 }
@@ -54,6 +63,12 @@ func (o *orcaService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeGRPCStatus(w, gate.GRPCPermissionDenied, "loadshed: load reports are for trusted callers only (loadReports.trustedOnly)", "", "")
 		return
 	}
+	if o.open.Add(1) > o.max {
+		o.open.Add(-1)
+		writeGRPCStatus(w, gate.GRPCResourceExhausted, fmt.Sprintf("loadshed: %d load report streams are open, the most this replica serves", o.max), "", "")
+		return
+	}
+	defer o.open.Add(-1)
 	o.srv.ServeHTTP(w, r)
 }
 
