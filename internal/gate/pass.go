@@ -222,14 +222,20 @@ func (ps *Pass) CallEnded(status, message string, at time.Time) {
 func (ps *Pass) Complete() { ps.release(ps.classify()) }
 
 // Failed records that the exchange failed: the outcome and the status the door sent the client
-// for it (0: none; the status of the upstream's answer, if any, stays).
-func (ps *Pass) Failed(o Outcome, status int) {
+// for it (0: none; the status of the upstream's answer, if any, stays). It returns the fields the
+// door's own answer gets, as Answered does (the load report; for a gRPC call, in the form of its
+// trailers-only answer).
+func (ps *Pass) Failed(o Outcome, status int) []Field {
 	if o < numOutcomes {
 		ps.outcome = o
 	}
 	if status != 0 {
 		ps.status = int32(status)
 	}
+	if !ps.reports {
+		return nil
+	}
+	return ps.gate.loads.snap.Load().fields(ps.call)
 }
 
 // Abort records that the answer broke off before the client had it all (the door aborts the

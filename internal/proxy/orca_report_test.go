@@ -87,7 +87,7 @@ func checkBinaryReport(t *testing.T, what string, vs []string) {
 
 // TestORCAReportOnEveryHTTPAnswer: with loadReports.orca every answer of the data port carries an
 // endpoint-load-metrics report that parses, the first one included: an upstream's 2xx, a
-// concurrency refusal (503) and a rate refusal (429).
+// concurrency refusal (503), a rate refusal (429) and the sidecar's own 502.
 func TestORCAReportOnEveryHTTPAnswer(t *testing.T) {
 	g := newValve()
 	h := start(t, g, "  strategy: inflight\n  inflight: {limit: 1}", "loadReports: {orca: true}")
@@ -115,6 +115,14 @@ func TestORCAReportOnEveryHTTPAnswer(t *testing.T) {
 		t.Fatalf("the second request: %d, want 429", res.StatusCode)
 	}
 	checkTextReport(t, "a rate refusal", res)
+
+	// The sidecar's own answer to an upstream that cannot be reached (502).
+	down := frontProxy(t, proxyYAML("http://127.0.0.1:1", "  strategy: inflight\n  inflight: {limit: 4}", "loadReports: {orca: true}"))
+	res, _ = get(t, down.front.URL+"/")
+	if res.StatusCode != 502 {
+		t.Fatalf("an unreachable upstream: %d, want 502", res.StatusCode)
+	}
+	checkTextReport(t, "the sidecar's 502", res)
 }
 
 // TestORCAReportOnEveryGRPCAnswer: a gRPC call's report is an endpoint-load-metrics-bin field

@@ -654,14 +654,14 @@ func (x *exchange) failed(ctx context.Context, err error) {
 	var tooBig *http.MaxBytesError
 	if errors.As(err, &tooBig) || errors.As(bodyErr, &tooBig) {
 		// A streamed (chunked) body outgrew server.maxBodyBytes: the client's fault.
-		pass.Failed(gate.OutcomeClientError, http.StatusRequestEntityTooLarge)
+		setFields(w.Header(), pass.Failed(gate.OutcomeClientError, http.StatusRequestEntityTooLarge), "")
 		x.d.clientError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes", tooBig.Limit), grpc)
 		return
 	}
 	switch classifyBodyError(bodyErr, false) {
 	case bodyMalformed:
 		// The client's body broke its own framing: its error, never the upstream's.
-		pass.Failed(gate.OutcomeClientError, http.StatusBadRequest)
+		setFields(w.Header(), pass.Failed(gate.OutcomeClientError, http.StatusBadRequest), "")
 		x.d.clientError(w, http.StatusBadRequest, "malformed request body", grpc)
 		return
 	case bodySlow, bodyGone:
@@ -674,7 +674,7 @@ func (x *exchange) failed(ctx context.Context, err error) {
 	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
 		code, outcome = http.StatusGatewayTimeout, gate.OutcomeUpstreamTimeout
 	}
-	pass.Failed(outcome, code)
+	setFields(w.Header(), pass.Failed(outcome, code), "") // the load report: a balancer counts failures too
 	x.d.log.Debug("upstream failed", "err", err, "status", code)
 	what := "upstream " + strings.ReplaceAll(outcome.String(), "_", " ")
 	if grpc {
