@@ -18,7 +18,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/loadshed/loadshed/internal/fsutil"
 	"github.com/loadshed/loadshed/internal/loadgen"
 )
 
@@ -343,17 +342,9 @@ func balancingBinaries(ctx context.Context, cfg BalancingConfig, work string, lo
 		*prog.dst = out
 	}
 	if b.Envoy == "" {
-		envoy, err := installTool(ctx, cfg.RepoRoot, "envoy", logf)
+		envoy, err := installEnvoy(ctx, cfg.RepoRoot, binDir, logf)
 		if err != nil {
 			return b, err
-		}
-		if os.Geteuid() == 0 {
-			// Servers run as an unprivileged user, who cannot reach into root's tool cache.
-			dst := filepath.Join(binDir, "envoy")
-			if err := fsutil.CopyFile(envoy, dst, 0o755); err != nil {
-				return b, fmt.Errorf("envoy: %w", err)
-			}
-			envoy = dst
 		}
 		b.Envoy = envoy
 	}

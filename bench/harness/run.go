@@ -270,21 +270,30 @@ func prepareBinaries(ctx context.Context, cfg Config, targets []Target, work str
 		b.K6 = k6
 	}
 	if need[KindEnvoy] && b.Envoy == "" {
-		envoy, err := installTool(ctx, cfg.RepoRoot, "envoy", logf)
+		envoy, err := installEnvoy(ctx, cfg.RepoRoot, binDir, logf)
 		if err != nil {
 			return b, err
-		}
-		if os.Geteuid() == 0 {
-			// Servers run as an unprivileged user, who cannot reach into root's tool cache.
-			dst := filepath.Join(binDir, "envoy")
-			if err := fsutil.CopyFile(envoy, dst, 0o755); err != nil {
-				return b, fmt.Errorf("envoy: %w", err)
-			}
-			envoy = dst
 		}
 		b.Envoy = envoy
 	}
 	return b, nil
+}
+
+// installEnvoy installs Envoy and returns the binary the servers run: as root, a copy in binDir,
+// since servers run as an unprivileged user, who cannot reach into root's tool cache.
+func installEnvoy(ctx context.Context, repoRoot, binDir string, logf func(string, ...any)) (string, error) {
+	envoy, err := installTool(ctx, repoRoot, "envoy", logf)
+	if err != nil {
+		return "", err
+	}
+	if os.Geteuid() == 0 {
+		dst := filepath.Join(binDir, "envoy")
+		if err := fsutil.CopyFile(envoy, dst, 0o755); err != nil {
+			return "", fmt.Errorf("envoy: %w", err)
+		}
+		envoy = dst
+	}
+	return envoy, nil
 }
 
 // installPeers installs the Debian packages of the missing peers (nginx-light where it exists).
