@@ -143,16 +143,7 @@ func TestGRPCRefusalIsTrailersOnly(t *testing.T) {
 	}
 
 	// The same refusal on the wire, from an HTTP/2 client.
-	h2 := &http.Transport{Protocols: new(http.Protocols)}
-	h2.Protocols.SetUnencryptedHTTP2(true)
-	defer h2.CloseIdleConnections()
-	req, _ := http.NewRequest("POST", "http://"+p.data+"/t.S/Ok", nil)
-	req.Header.Set("Content-Type", "application/grpc")
-	req.Header.Set("Te", "trailers")
-	res, err := (&http.Client{Transport: h2}).Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := grpcPost(t, p.data, "/t.S/Ok")
 	body, _ := io.ReadAll(res.Body)
 	res.Body.Close()
 	if res.StatusCode != 200 || res.Header.Get("Content-Type") != "application/grpc" || res.Header.Get("Grpc-Status") != "14" ||
@@ -336,4 +327,21 @@ func TestGRPCUpstreamFailureIsNotAShed(t *testing.T) {
 	if got := testutil.ToFloat64(p.srv.gate.Metrics().Requests.WithLabelValues("default", "none", "grpc", "upstream_error", "502")); got != 1 {
 		t.Fatalf("counted %v upstream errors", got)
 	}
+}
+
+// grpcPost sends an empty gRPC call to method at addr from a plain HTTP/2 client (h2c), so a
+// test can see the answer as it is on the wire.
+func grpcPost(t *testing.T, addr, method string) *http.Response {
+	t.Helper()
+	h2 := &http.Transport{Protocols: new(http.Protocols)}
+	h2.Protocols.SetUnencryptedHTTP2(true)
+	t.Cleanup(h2.CloseIdleConnections)
+	req, _ := http.NewRequest("POST", "http://"+addr+method, nil)
+	req.Header.Set("Content-Type", "application/grpc")
+	req.Header.Set("Te", "trailers")
+	res, err := (&http.Client{Transport: h2}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
 }

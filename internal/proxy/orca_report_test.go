@@ -153,16 +153,7 @@ func TestORCAReportOnEveryGRPCAnswer(t *testing.T) {
 	checkBinaryReport(t, "a refusal's trailers-only answer", trailer.Get("endpoint-load-metrics-bin"))
 
 	// The same refusal on the wire: one header field, base64 of the message.
-	h2 := &http.Transport{Protocols: new(http.Protocols)}
-	h2.Protocols.SetUnencryptedHTTP2(true)
-	defer h2.CloseIdleConnections()
-	req, _ := http.NewRequest("POST", "http://"+p.data+"/t.S/Ok", nil)
-	req.Header.Set("Content-Type", "application/grpc")
-	req.Header.Set("Te", "trailers")
-	res, err := (&http.Client{Transport: h2}).Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := grpcPost(t, p.data, "/t.S/Ok")
 	res.Body.Close()
 	if res.Header.Get("Grpc-Status") != "14" {
 		t.Fatalf("on the wire: %q, want a trailers-only UNAVAILABLE", res.Header)
