@@ -26,6 +26,7 @@ import (
 //	/t.S/Ok      an empty answer, with a trailer "x-upstream: yes"
 //	/t.S/Hold    waits for release (or the call's end)
 //	/t.S/Fail    UNAVAILABLE
+//	/t.S/OwnReport  an empty answer with an endpoint-load-metrics-bin trailer of its own
 //	/t.S/Watch   a server stream: one message every 10 ms until the client leaves
 type grpcUpstream struct {
 	addr    string
@@ -53,6 +54,9 @@ func newGRPCUpstream(t *testing.T) *grpcUpstream {
 			case <-stream.Context().Done():
 				return stream.Context().Err()
 			}
+		case "/t.S/OwnReport":
+			// An application that reports its own load: the sidecar's report replaces it.
+			stream.SetTrailer(metadata.Pairs("endpoint-load-metrics-bin", "not a report"))
 		case "/t.S/Fail":
 			return status.Error(codes.Unavailable, "upstream overloaded")
 		case "/t.S/Watch":

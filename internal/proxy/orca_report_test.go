@@ -139,6 +139,16 @@ func TestORCAReportOnEveryGRPCAnswer(t *testing.T) {
 	if got := trailer.Get("x-upstream"); len(got) != 1 {
 		t.Errorf("trailers %v: the application's trailer is gone", trailer)
 	}
+	// An application's own report does not reach the client beside the sidecar's.
+	trailer = nil
+	if err := call(context.Background(), conn, "/t.S/OwnReport", grpc.Trailer(&trailer)); err != nil {
+		t.Fatal(err)
+	}
+	if got := trailer.Get("endpoint-load-metrics-bin"); len(got) != 1 {
+		t.Errorf("endpoint-load-metrics-bin %q: want the sidecar's report alone", got)
+	} else {
+		checkBinaryReport(t, "a call whose application reports too", got)
+	}
 
 	held := make(chan error, 1)
 	go func() { held <- call(context.Background(), conn, "/t.S/Hold") }()

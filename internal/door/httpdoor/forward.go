@@ -550,8 +550,12 @@ func dropHopHeaders(h http.Header) {
 }
 
 // setFields sets each field in h, under its name with prefix before it.
+// As trailers (prefix http.TrailerPrefix) they replace a declared trailer of the same name too.
 func setFields(h http.Header, fs []gate.Field, prefix string) {
 	for _, f := range fs {
+		if prefix != "" {
+			delete(h, f.Name)
+		}
 		h[prefix+f.Name] = []string{f.Value}
 	}
 }
