@@ -64,5 +64,5 @@ var (
 // AllReasons lists every reason, in a stable order (for metrics pre-initialisation and docs).
 var AllReasons = []Reason{
 	ReasonRateLimited, ReasonQueueFull, ReasonQueueTimeout, ReasonConcurrencyLimit,
-	ReasonDeadline, ReasonDraining, ReasonClientLimited, ReasonDenied, ReasonSidecarOverload,
+	ReasonDeadline, ReasonDraining, ReasonClientLimited, ReasonDenied, ReasonSidecarOverload, ReasonCohort,
 }

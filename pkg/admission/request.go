@@ -63,6 +63,8 @@ type Request struct {
 	Deadline time.Time
 	// Key identifies the client for per-client limits.
 	Key string
+	// Rank: TEMPORARY STAND-IN until the lead's cohorts land on main.
+	Rank int
 }
 
 func (r *Request) cost() int64 {
