@@ -264,7 +264,7 @@ func TestCohortClientMemberIsReplacedOthersKept(t *testing.T) {
 
 func TestTraceID(t *testing.T) {
 	for v, want := range map[string]string{
-		traceA: "4bf92f3577b34da6a3ce929d0e0e4736",
+		traceA:             "4bf92f3577b34da6a3ce929d0e0e4736",
 		" " + traceA + " ": "4bf92f3577b34da6a3ce929d0e0e4736",
 		"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-later": "4bf92f3577b34da6a3ce929d0e0e4736",
 		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x":     "", // version 00 has four fields

@@ -56,8 +56,8 @@ type Proxy struct {
 	Reloads         *prometheus.CounterVec
 	// CohortShed counts the refusals of routes with cohorts by the refused request's rank band.
 	CohortShed *prometheus.CounterVec
-	ReloadOK        prometheus.Gauge
-	Draining        prometheus.Gauge
+	ReloadOK   prometheus.Gauge
+	Draining   prometheus.Gauge
 }
 
 // New creates the proxy's metrics and registers them, with the Go and process collectors and a
