@@ -64,5 +64,6 @@ var (
 // AllReasons lists every reason, in a stable order (for metrics pre-initialisation and docs).
 var AllReasons = []Reason{
 	ReasonRateLimited, ReasonQueueFull, ReasonQueueTimeout, ReasonConcurrencyLimit,
-	ReasonDeadline, ReasonDraining, ReasonClientLimited, ReasonDenied, ReasonSidecarOverload, ReasonCohort,
+	ReasonDeadline, ReasonDraining, ReasonClientLimited, ReasonDenied, ReasonSidecarOverload,
+	ReasonCohort,
 }

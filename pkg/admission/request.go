@@ -63,7 +63,8 @@ type Request struct {
 	Deadline time.Time
 	// Key identifies the client for per-client limits.
 	Key string
-	// Rank: TEMPORARY STAND-IN until the lead's cohorts land on main.
+	// Rank orders requests of one priority under ranked admission (NewCohorts): rank 0 is
+	// admitted first, ranks at or above the count are treated as the last. Ignored otherwise.
 	Rank int
 }
 
