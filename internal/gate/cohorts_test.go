@@ -17,6 +17,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/loadshed/loadshed/pkg/admission"
+
 	"github.com/loadshed/loadshed/pkg/admission/admissiontest"
 )
 
@@ -391,5 +393,16 @@ func TestBand(t *testing.T) {
 		if got := band(tc.rank, tc.count); got != tc.want {
 			t.Errorf("band(%d, %d) = %d, want %d", tc.rank, tc.count, got, tc.want)
 		}
+	}
+}
+
+// TestCohortReasonStatus: a request below the level is refused with statusCodes.cohort (503) and
+// grpc.statusCodes.cohort (UNAVAILABLE) by default.
+func TestCohortReasonStatus(t *testing.T) {
+	g, _ := cohortGate(t, secretA, "", "")
+	st := g.state.Load()
+	i := reasonIndex(admission.ReasonCohort)
+	if i < 0 || st.status[i] != 503 || st.grpc[i] != 14 {
+		t.Fatalf("reason cohort: index %d, status %v, grpc %v", i, st.status, st.grpc)
 	}
 }
