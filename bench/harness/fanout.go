@@ -77,7 +77,7 @@ type FanoutConfig struct {
 	// Cohorts is the cohorts block of every sidecar with cohorts on, without secretFile (YAML
 	// flow mapping entries), e.g. "key: traceparent, count: 128, rotate: 1h".
 	Cohorts string
-	// CohortCount is the count in Cohorts: the width of a band (count/8) for the step point.
+	// CohortCount is the count in Cohorts (the number of ranks per priority class).
 	CohortCount int
 	Repeats     int
 	Quick       bool
@@ -623,7 +623,8 @@ func runFanoutPoint(ctx context.Context, cfg FanoutConfig, st fanoutStep, rep in
 	}
 	if st.Kind == KindStep {
 		p.Levels = levels
-		p.SettleS = settleTime(levels, p.StepAtS, float64(max(cfg.CohortCount/8, 1)))
+		// The gauge counts priority classes (1 = a whole class): a band of ranks is an eighth of one.
+		p.SettleS = settleTime(levels, p.StepAtS, 1.0/8)
 	}
 	return p
 }

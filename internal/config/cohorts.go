@@ -29,10 +29,17 @@ type Cohorts struct {
 	// unreadable or short secret rejects the configuration.
 	SecretFile string `yaml:"secretFile"`
 	// StrategyShare is the share of the requests the cohort level lets through that the strategy
-	// itself should still refuse, so that its limit keeps learning (0 to 0.5, not 0).
+	// itself should still refuse, so that its limit keeps learning and the backend stays busy (at
+	// most 0.5). 0 (the default) chooses: 0.03 for a strategy with a queue of its own (adaptive
+	// with its queue, boundedQueue, codel, leakyBucket), 0.2 for one without (inflight,
+	// tokenBucket), which only stays busy if part of what passes finds it full
+	// (docs/cohorts.md, "How the level moves").
 	StrategyShare float64 `yaml:"strategyShare"`
-	// WaitFraction: a request the level lets through but the strategy refuses for capacity waits
-	// up to this times the mean admitted latency for a release (0 to 4; 0: no wait).
+	// WaitFraction sizes the waiting room in front of a strategy without a queue of its own: a
+	// request the level lets through but the strategy refuses for capacity waits for a release,
+	// best rank first, up to this times the mean admitted latency, and at most this times the
+	// strategy's limit wait (0 to 4; 0: no room; default 1.5). A strategy with a queue of its own
+	// gets no room.
 	WaitFraction float64 `yaml:"waitFraction"`
 
 	secret []byte // SecretFile's content, read by Config.Validate
@@ -56,7 +63,7 @@ const (
 )
 
 func (c *Cohorts) setDefaults() {
-	*c = Cohorts{Key: CohortKeyTraceparent, Count: 128, Rotate: Duration(time.Hour), StrategyShare: 0.03, WaitFraction: 0.5}
+	*c = Cohorts{Key: CohortKeyTraceparent, Count: 128, Rotate: Duration(time.Hour), WaitFraction: admission.DefaultCohortWaitFraction}
 }
 
 // KeyHeader is the header a header:NAME key reads; empty for traceparent.
@@ -70,7 +77,11 @@ func (c *Cohorts) KeyHeader() string {
 
 // Options are the ranked admission's settings (admission.NewCohorts) the block describes.
 func (c *Cohorts) Options() admission.CohortOptions {
-	return admission.CohortOptions{Ranks: c.Count, StrategyShare: c.StrategyShare, WaitFraction: c.WaitFraction}
+	wait := c.WaitFraction
+	if wait == 0 {
+		wait = -1 // no room (admission reads 0 as its default)
+	}
+	return admission.CohortOptions{Ranks: c.Count, StrategyShare: c.StrategyShare, WaitFraction: wait}
 }
 
 // Secret is the content of SecretFile, as read when the configuration was loaded (nil for a block
@@ -98,8 +109,8 @@ func (c *Cohorts) validate(errs *Problems, path string) {
 	if c.Rotate.D() < minCohortRotate {
 		errs.add(path+".rotate", "must be at least %s, got %s", minCohortRotate, c.Rotate)
 	}
-	if c.StrategyShare <= 0 || c.StrategyShare > 0.5 {
-		errs.add(path+".strategyShare", "must be above 0 and at most 0.5, got %g", c.StrategyShare)
+	if c.StrategyShare < 0 || c.StrategyShare > 0.5 {
+		errs.add(path+".strategyShare", "must be from 0 (automatic) to 0.5, got %g", c.StrategyShare)
 	}
 	if c.WaitFraction < 0 || c.WaitFraction > 4 {
 		errs.add(path+".waitFraction", "must be from 0 to 4, got %g", c.WaitFraction)

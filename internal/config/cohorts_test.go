@@ -20,7 +20,7 @@ func TestCohortsDefaultsAndSecret(t *testing.T) {
 		t.Fatal(err)
 	}
 	co := c.Admission.Cohorts
-	if co.Key != CohortKeyTraceparent || co.Count != 128 || co.Rotate.D() != time.Hour || co.StrategyShare != 0.03 || co.WaitFraction != 0.5 {
+	if co.Key != CohortKeyTraceparent || co.Count != 128 || co.Rotate.D() != time.Hour || co.StrategyShare != 0 || co.WaitFraction != 1.5 {
 		t.Fatalf("defaults not applied: %+v", co)
 	}
 	if string(co.Secret()) != "0123456789abcdef" {
