@@ -286,6 +286,9 @@ func capacity(r Reason) bool {
 
 // wait is how long a refused request may wait for a release now.
 func (c *Cohorts) wait() time.Duration {
+	if c.o.WaitFraction > 0 && c.meanLatency == 0 {
+		return c.o.MaxWait // no release yet to learn the latency from: the cap
+	}
 	w := time.Duration(c.o.WaitFraction * c.meanLatency * float64(time.Second))
 	return min(w, c.o.MaxWait)
 }
@@ -482,11 +485,15 @@ func (c *Cohorts) roll(now time.Time) {
 
 // update moves the level from the window's counts (see Cohorts).
 func (c *Cohorts) update() {
-	fresh := c.sN == 0 && c.sP == 0
-	a := cohortSmooth
-	if fresh {
-		a = 1
+	if c.sN == 0 && c.sP == 0 {
+		// The first window is judged against a calm past (everything passed, nothing refused),
+		// so a sidecar's first moments (cold connections, a slow first answer) do not close it.
+		c.sN, c.sP = float64(c.n), float64(c.passed)
+		for i, v := range c.cur {
+			c.hist[i] = float64(v)
+		}
 	}
+	a := cohortSmooth
 	c.sN += a * (float64(c.n) - c.sN)
 	c.sP += a * (float64(c.passed) - c.sP)
 	c.sF += a * (float64(c.refused) - c.sF)

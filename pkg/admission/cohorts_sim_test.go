@@ -27,6 +27,7 @@ type graphSim struct {
 	legsN           []int
 	levels          [][]int         // each service's level index, sampled per window after warm-up
 	lat             []time.Duration // latency of the first service's served legs (measured)
+	cohortRefused   int             // legs refused below the level (measured)
 }
 
 type simService struct {
@@ -174,6 +175,9 @@ func (g *graphSim) arrive(p Priority) {
 		case Admitted:
 			g.start(i, t)
 		case Refused:
+			if t.Err.Reason == ReasonCohort && !u.at.Before(g.from) {
+				g.cohortRefused++
+			}
 			g.legDone(u, i, false)
 		}
 		g.flush(i)
@@ -243,6 +247,28 @@ func (g *graphSim) p99() time.Duration {
 		return 0
 	}
 	return v[(len(v)*99+99)/100-1]
+}
+
+// noTail is 20 ms with 5 ms stddev and no slow tail.
+func noTail(r *rand.Rand) time.Duration {
+	return max(20*time.Millisecond+time.Duration(r.NormFloat64()*float64(5*time.Millisecond)), time.Millisecond)
+}
+
+// TestCohortsBelowCapacityRefuseNothing: one service at 0.8x and 0.9x of its capacity, where
+// its limit refuses some requests by the timing of arrivals (bursts): the level stays open, no
+// request is refused below it.
+func TestCohortsBelowCapacityRefuseNothing(t *testing.T) {
+	for _, load := range []float64{0.8, 0.9} {
+		for seed := range uint64(3) {
+			g := newGraphSim(t, seed+11, 1, true, CohortOptions{})
+			g.services[0].svc = noTail
+			g.run(constant(load*200), allCritical, 60*time.Second, 2*time.Second)
+			_, served, _ := g.shares()
+			if g.cohortRefused > 0 {
+				t.Errorf("%.1fx seed %d: %d refused below the level (served %.3f)", load, seed, g.cohortRefused, served)
+			}
+		}
+	}
 }
 
 func constant(r float64) func(time.Duration) float64 { return func(time.Duration) float64 { return r } }
