@@ -13,3 +13,6 @@ func withCohorts(core admission.Core, c Cohorts) (admission.Core, error) {
 
 // setRank gives a leg its user request's rank.
 func setRank(req *admission.Request, rank int) {}
+
+// reasonCohort is the refusal reason of ranked admission below its level.
+const reasonCohort = admission.Reason("cohort")
