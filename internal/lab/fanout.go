@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/loadshed/loadshed/internal/slowtail"
@@ -149,11 +150,16 @@ func (f FanoutScenario) Validate() error {
 		if s.Strategy.New == nil {
 			errs = append(errs, fmt.Errorf("services[%d].strategy: required", i))
 		}
-		// The backend's fields are a Scenario's; check them as one.
-		sc := Scenario{Arrivals: f.Arrivals, Service: s.Service, Servers: s.Servers, Hop: s.Hop, Speed: f.Speed}
+		// The backend's fields are a Scenario's; check them as one (speed is checked once below).
+		sc := Scenario{Arrivals: ScheduleArrivals{}, Service: s.Service, Servers: s.Servers, Hop: s.Hop}
 		if err := sc.Validate(); err != nil {
-			errs = append(errs, fmt.Errorf("services[%d]: %w", i, err))
+			for _, line := range strings.Split(err.Error(), "\n") {
+				errs = append(errs, fmt.Errorf("services[%d].%s", i, line))
+			}
 		}
+	}
+	if f.Speed != 0 && !(f.Speed >= 0.1 && f.Speed <= 10) {
+		errs = append(errs, fmt.Errorf("speed: must be in [0.1, 10] (or 0 for 1), got %v", f.Speed))
 	}
 	return errors.Join(errs...)
 }
