@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
@@ -51,6 +52,26 @@ func TestFanoutCommand(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("stdout lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// lab fanout with its defaults writes the golden fanout.csv (internal/lab's TestFanoutGolden
+// keeps it), with and without cohorts.
+func TestFanoutCommandWritesTheGoldenFile(t *testing.T) {
+	dir := t.TempDir()
+	if _, _, err := runLab(t, "fanout", "--out", dir); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join(dir, "fanout.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile(filepath.Join("..", "..", "internal", "lab", "testdata", "golden", "fanout.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("fanout.csv differs from the golden file:\n--- got\n%s--- want\n%s", got, want)
 	}
 }
 

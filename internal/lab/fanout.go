@@ -43,7 +43,7 @@ type Cohorts struct {
 	// Ranks per priority class (2..4096); every leg of one user request carries the same rank,
 	// drawn uniformly from [0, Ranks) per user request.
 	Ranks int
-	// StrategyShare, WaitFraction, MaxWait and Window are admission.CohortOptions' fields.
+	// StrategyShare, WaitFraction, MaxWait and Window are admission.CohortOptions' fields (WaitFraction < 0: no waiting room).
 	StrategyShare, WaitFraction float64
 	MaxWait, Window             time.Duration
 }
