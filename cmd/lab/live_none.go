@@ -29,3 +29,11 @@ func (liveRunner) RunLive(context.Context, lab.Scenario, loadgen.Schedule, lab.S
 func (liveRunner) Calibrate(context.Context, lab.Scenario) (lab.Calibration, error) {
 	return lab.Calibration{}, errNoLive
 }
+
+func newFanoutLive() lab.FanoutLive { return fanoutLiveRunner{} }
+
+type fanoutLiveRunner struct{}
+
+func (fanoutLiveRunner) RunFanoutLive(context.Context, lab.FanoutScenario, loadgen.Schedule) (lab.FanoutLiveResult, error) {
+	return lab.FanoutLiveResult{}, errNoLive
+}

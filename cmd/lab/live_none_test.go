@@ -13,6 +13,7 @@ func TestNoLiveBuildRefusesTheLiveHalf(t *testing.T) {
 	for _, args := range [][]string{
 		{"compare", "--duration", "2s"},
 		{"calibrate"},
+		{"compare", "--fanout", "--hop", "none", "--duration", "1s"},
 	} {
 		_, _, err := runLab(t, args...)
 		if !errors.Is(err, errNoLive) {

@@ -26,6 +26,7 @@ var commands = [][3]string{
 	{"run", "run strategies (or a proxy config) against a modelled workload", "lab run --arrivals poisson:rate=400 --duration 10s"},
 	{"sweep", "run strategies at offered loads from 0.25x to 10x of capacity", "lab sweep --loads 0.5,1,2,5"},
 	{"compare", "run a scenario in the lab and live, side by side (calibrating the hop first)", "lab compare --load 2 --duration 10s"},
+	{"fanout", "predict a call graph: user requests fanning out to N services, independent sidecars against cohorts", "lab fanout --loads 2"},
 	{"calibrate", "measure the hop through the live proxy, unloaded and at capacity", "lab calibrate --servers 8"},
 	{"quota", "predict what a per-client quota gives a client at given replica counts", "lab quota --clients '{rate: 100, burst: 20}' --replicas 1,2,3"},
 	{"trace", "write the arrivals of a workload as a trace file", "lab trace --arrivals poisson:rate=100 --duration 10s --out arrivals.trace"},
@@ -68,6 +69,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runSweep(ctx, rest, stdout, stderr)
 	case "compare":
 		return runCompare(ctx, rest, stdout, stderr)
+	case "fanout":
+		return runFanout(ctx, "fanout", rest, false, stdout, stderr)
 	case "calibrate":
 		return runCalibrate(ctx, rest, stdout, stderr)
 	case "quota":
@@ -524,12 +527,16 @@ func writeSweepTable(w io.Writer, points []lab.SweepPoint) error {
 }
 
 func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if isFanoutCompare(args) {
+		return runFanout(ctx, "compare", args, true, stdout, stderr)
+	}
 	c := newCommand("compare", stdout, defaultStrategies{specs: lab.DefaultCompareSpecs()}, 2*time.Second, 0, "")
 	capacity := c.fs.Float64("capacity", 0, "backend capacity in requests/s that loads are multiples of (0 = servers / mean service time)")
 	load := c.fs.Float64("load", 2, "offered load as a multiple of capacity")
 	loadList := c.fs.String("loads", "", "several offered loads, e.g. 1.5,3,5 (overrides --load)")
 	duration := c.fs.Duration("duration", 10*time.Second, "how long requests are offered")
 	labOnly := c.fs.Bool("lab-only", false, "run only the lab half")
+	c.fs.Bool("fanout", false, "compare a call graph instead (lab fanout's prediction against a live frontend calling the services): takes lab fanout's flags and --lab-only")
 	matrix := c.fs.Bool("matrix", false, "run the acceptance matrix: for each of "+strings.Join(lab.MatrixServices, ", ")+
 		" (or --service), an in-flight limit, token buckets at 0.9x and 1.1x of capacity, a leaky bucket at 1.0x, a bounded queue and a chain, at loads "+
 		strings.Trim(strings.Join(strings.Fields(fmt.Sprint(lab.MatrixLoads)), ","), "[]")+" (unless --loads)")

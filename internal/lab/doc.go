@@ -52,6 +52,16 @@
 // max_buffered is the most requests the strategy held at once during it. Rows run from the first
 // second to the one holding the run's last event, so the drain after the last arrival shows.
 //
+// # A call graph
+//
+// RunFanout models a frontend whose user requests fan out to N services at once (issue 32):
+// every leg is offered to its service's own core (optionally wrapped in admission.NewCohorts,
+// every leg of a user request carrying the same rank) in front of its own backend, modelled as
+// above, and the user request succeeds only if every leg answers 2xx within the leg timeout.
+// It reports end-to-end success, each leg's share, wasted legs (2xx legs of failed user
+// requests) over admitted legs and the p99 of successful user requests; CompareFanout runs
+// independent sidecars against cohorts at several loads and judges a live half (FanoutLive).
+//
 // # The published comparison
 //
 // BackpressureCases maps the five rows of the project's deterministic comparison (1000 requests
