@@ -40,8 +40,9 @@ func cohortGate(t *testing.T, secret, strategy, extra string) (*Gate, *admission
 	if strategy == "" {
 		strategy = "strategy: inflight, inflight: {limit: 100000}"
 	}
+	// No waiting room: a refusal by the strategy is immediate (these tests hold a fake clock).
 	g, clk, _ := newGate(t, "trust: {sources: [192.0.2.0/24]}\nadmission: {"+strategy+
-		", cohorts: {secretFile: "+path+extra+"}}\n")
+		", cohorts: {waitFraction: 0, secretFile: "+path+extra+"}}\n")
 	return g, clk
 }
 
@@ -358,7 +359,7 @@ func TestCohortMetrics(t *testing.T) {
 	if err := os.WriteFile(path, []byte(secretA), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	g, clk, reg := newGate(t, "trust: {sources: [192.0.2.0/24]}\nadmission: {strategy: inflight, inflight: {limit: 1}, cohorts: {count: 16, secretFile: "+path+"}}\n")
+	g, clk, reg := newGate(t, "trust: {sources: [192.0.2.0/24]}\nadmission: {strategy: inflight, inflight: {limit: 1}, cohorts: {count: 16, waitFraction: 0, secretFile: "+path+"}}\n")
 	p := admit(t, g, from(trustedPeer, nil))
 	defer p.Finish()
 	bands := map[int]int{}

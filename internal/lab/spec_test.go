@@ -2,6 +2,7 @@ package lab
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -95,7 +96,10 @@ func TestParseStrategyErrors(t *testing.T) {
 // valid or invalid, is accepted by the lab exactly when the proxy's configuration accepts it,
 // and builds the same strategy.
 func TestLabAndProxyAcceptTheSameConfigurations(t *testing.T) {
-	files, err := filepath.Glob("../config/testdata/*.yaml")
+	// From the config's directory, so the files that name a secret (cohorts) find it: a secret
+	// the machine lacks is not a property of the block.
+	t.Chdir("../config")
+	files, err := filepath.Glob("testdata/*.yaml")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no config testdata: %v", err)
 	}
@@ -119,6 +123,9 @@ func TestLabAndProxyAcceptTheSameConfigurations(t *testing.T) {
 		proxyFile := "upstream: http://127.0.0.1:1\nadmission:\n" + indentLines(string(block))
 		_, proxyErr := config.Parse([]byte(proxyFile))
 		st, labErr := ParseStrategy(string(block))
+		if onlySecret(proxyErr) && labErr == nil {
+			continue // only the secret's file is wrong: the lab draws ranks itself and reads no secret
+		}
 		if (proxyErr == nil) != (labErr == nil) {
 			t.Errorf("%s: the proxy says %v, the lab says %v", filepath.Base(f), proxyErr, labErr)
 			continue
@@ -413,4 +420,19 @@ func TestEveryStrategyRunsInTheLab(t *testing.T) {
 			t.Errorf("%s: the lab cannot run it: %v", k.Name, err)
 		}
 	}
+}
+
+// onlySecret reports whether every problem of a configuration error is about a cohort secret's
+// file.
+func onlySecret(err error) bool {
+	var p *config.Problems
+	if !errors.As(err, &p) || len(p.List) == 0 {
+		return false
+	}
+	for _, x := range p.List {
+		if !strings.HasSuffix(x.Field, "cohorts.secretFile") {
+			return false
+		}
+	}
+	return true
 }

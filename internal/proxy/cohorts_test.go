@@ -34,7 +34,7 @@ func TestCohortsThroughTheHTTPDoor(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := newValve()
-			h := start(t, g, "  strategy: inflight\n  inflight: {limit: 1}\n  cohorts: {secretFile: "+secret+"}", tc.trust)
+			h := start(t, g, "  strategy: inflight\n  inflight: {limit: 1}\n  cohorts: {waitFraction: 0, secretFile: "+secret+"}", tc.trust)
 			var members []string
 			for range 2 {
 				res, _ := get(t, h.front.URL+"/", "Traceparent", cohortTrace, "Baggage", "k=v, loadshed-rank=0.0123456789abcdef;p")
