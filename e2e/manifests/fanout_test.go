@@ -22,7 +22,7 @@ func TestCohortSecretManifest(t *testing.T) {
 		t.Fatalf("%d objects, err %v", len(objs), err)
 	}
 	s := objs[0].(*corev1.Secret)
-	// The chart mounts the Secret's key "key" at /etc/loadshed/cohort/key.
+	// The chart mounts the Secret's key "key" at /etc/loadshed-cohort/key.
 	if s.Name != "e2e-cohort" || s.Namespace != "ns" || len(s.StringData) != 1 || s.StringData["key"] != key {
 		t.Errorf("secret %s/%s data %q", s.Namespace, s.Name, s.StringData)
 	}

@@ -10,7 +10,7 @@ import (
 // shares[i] of its legs 2xx and refused the rest.
 func fanRun(cohorts bool, users, ok float64, shares ...float64) FanoutRun {
 	r := FanoutRun{Cohorts: cohorts, UsersOK: ok, UsersFailed: users - ok, Legs: map[string]Legs{}, Measured: true,
-		Load: Load{Valid: true, OfferedRPS: 400, Offered: int(users), Success: int(ok), Shed: int(users - ok)},
+		Load:   Load{Valid: true, OfferedRPS: 400, Offered: int(users), Success: int(ok), Shed: int(users - ok)},
 		Levels: map[string][]float64{}}
 	for i, s := range shares {
 		svc := string(rune('a' + i))
