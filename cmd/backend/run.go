@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -20,6 +21,7 @@ import (
 var flagOf = map[string]string{
 	"workers": "--workers", "mean": "--mean", "stddev": "--stddev", "tailProb": "--tail-prob",
 	"tailMean": "--tail-mean", "tailMin": "--tail-min", "tailMax": "--tail-max", "fanout": "--fanout",
+	"callAll": "--call-all", "callTimeout": "--call-timeout", "userHeader": "--user-header", "callConns": "--call-conns",
 }
 
 var help = cli.Help{
@@ -28,8 +30,12 @@ var help = cli.Help{
 	Usage: []string{
 		"[flags]                         serve the synthetic slow-tail backend",
 		"--get URL [--expect-status N]   one GET (10s timeout); exit 0 on 2xx (or on N), else 1",
+		"--call-all URL,URL,... [flags]  serve as a frontend: each request calls every URL at once",
 	},
-	Examples: []string{"backend --listen 127.0.0.1:8080 --workers 8 --mean 20ms"},
+	Examples: []string{
+		"backend --listen 127.0.0.1:8080 --workers 8 --mean 20ms",
+		"backend --listen 127.0.0.1:8080 --admin-listen 127.0.0.1:9090 --call-all http://127.0.0.1:8001/,http://127.0.0.1:8002/",
+	},
 }
 
 // run parses args and serves until ctx ends, or performs one --get.
@@ -52,6 +58,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	shutdown := fs.Duration("shutdown-timeout", backend.DefaultShutdownTimeout, "after SIGTERM/SIGINT, how long running and waiting requests may finish")
 	get := fs.String("get", "", "one-shot client: GET this `URL`, print the status line, exit 0 on 2xx")
 	expect := fs.Int("expect-status", 0, "with --get: exit 0 only on this `status` instead of any 2xx")
+	callAll := fs.String("call-all", "", "frontend mode: answer each request by calling every one of these comma-separated `URLs` at once (GET); 200 when every leg answered 2xx, else 503 with Retry-After when one was refused (429/503), else 502; the workers and service-time flags are then unused")
+	var call backend.CallAll
+	fs.DurationVar(&call.Timeout, "call-timeout", backend.DefaultCallTimeout, "with --call-all: time limit of each leg")
+	fs.StringVar(&call.UserHeader, "user-header", backend.DefaultUserHeader, "with --call-all: the user id `header` passed on to every leg (with traceparent, tracestate and baggage)")
+	fs.IntVar(&call.Conns, "call-conns", backend.DefaultCallConns, "with --call-all: most connections to each leg's host (kept alive); a leg that finds them busy waits within --call-timeout")
 
 	if err := cli.Parse(fs, args); err != nil {
 		return err
@@ -62,19 +73,39 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *expect != 0 {
 		return cli.Usagef("--expect-status: only with --get")
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var opts []backend.Option
+	if *callAll != "" {
+		if *grpcListen != "" {
+			return cli.Usagef("--grpc-listen: not with --call-all (the frontend mode serves HTTP only)")
+		}
+		call.URLs = backend.ParseURLList(*callAll)
+		if call.Timeout == 0 {
+			return cli.Usagef("--call-timeout: must be > 0, got 0s")
+		}
+		if call.UserHeader == "" {
+			return cli.Usagef("--user-header: must not be empty")
+		}
+		if call.Conns == 0 {
+			return cli.Usagef("--call-conns: must be in [1, %d], got 0", backend.MaxCallConns)
+		}
+		if err := call.Validate(); err != nil {
+			return flagProblems(err)
+		}
+		opts = append(opts, backend.WithCallAll(call))
+	} else {
+		for _, name := range []string{"call-timeout", "user-header", "call-conns"} {
+			if set[name] {
+				return cli.Usagef("--%s: only with --call-all", name)
+			}
+		}
+	}
 	if *shutdown < 0 {
 		return cli.Usagef("--shutdown-timeout: must be >= 0, got %s", *shutdown)
 	}
 	if err := cfg.Validate(); err != nil {
-		var lines []string
-		for _, p := range backend.Problems(err) {
-			field, problem, _ := strings.Cut(p, ": ")
-			if f, ok := flagOf[field]; ok {
-				field = f
-			}
-			lines = append(lines, field+": "+problem)
-		}
-		return cli.Usagef("%s", "invalid flags:\n  "+strings.Join(lines, "\n  "))
+		return flagProblems(err)
 	}
 
 	reg := prometheus.NewRegistry()
@@ -86,7 +117,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	srv, err := backend.New(cfg, backend.WithRegistry(reg))
+	srv, err := backend.New(cfg, append(opts, backend.WithRegistry(reg))...)
 	if err != nil {
 		return err
 	}
@@ -121,8 +152,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if sc.Admin != nil {
 		fmt.Fprintf(stdout, "backend: admin on %s (test tool)\n", sc.Admin.Addr())
 	}
+	if len(call.URLs) > 0 {
+		fmt.Fprintf(stdout, "backend: frontend calling %s\n", strings.Join(call.URLs, ", "))
+		sc.Logger.Info("frontend mode", "legs", len(call.URLs), "callTimeout", call.Timeout, "userHeader", call.UserHeader, "callConns", call.Conns)
+	}
 	sc.Logger.Info("serving", "version", version.Version, "workers", cfg.Workers, "mean", cfg.Service.Mean,
 		"stddev", cfg.Service.Stddev, "tailProb", cfg.Service.TailProb, "tailMean", cfg.Service.TailMean,
 		"tailMin", cfg.Service.TailMin, "tailMax", cfg.Service.TailMax, "fanout", cfg.Service.Fanout, "seed", cfg.Seed)
 	return srv.Serve(ctx, sc)
+}
+
+// flagProblems turns Validate's field errors into a usage error naming the flags.
+func flagProblems(err error) error {
+	var lines []string
+	for _, p := range backend.Problems(err) {
+		field, problem, _ := strings.Cut(p, ": ")
+		if f, ok := flagOf[field]; ok {
+			field = f
+		}
+		lines = append(lines, field+": "+problem)
+	}
+	return cli.Usagef("%s", "invalid flags:\n  "+strings.Join(lines, "\n  "))
 }

@@ -75,6 +75,15 @@ func TestBadCommandLines(t *testing.T) {
 		{[]string{"extra"}, []string{"unexpected arguments"}},
 		{[]string{"--expect-status", "200"}, []string{"--expect-status: only with --get"}},
 		{[]string{"--shutdown-timeout", "-1s"}, []string{"--shutdown-timeout"}},
+		{[]string{"--call-all", "ftp://a/,http://b/,http://b/"}, []string{"--call-all: URL 1 (\"ftp://a/\"): scheme must be http or https", "--call-all: URL 3 (\"http://b/\") is listed twice"}},
+		{[]string{"--call-all", "http://a/", "--call-timeout", "0s"}, []string{"--call-timeout: must be > 0"}},
+		{[]string{"--call-all", "http://a/", "--call-timeout", "-1s"}, []string{"--call-timeout: must be > 0"}},
+		{[]string{"--call-all", "http://a/", "--user-header", "X Bad"}, []string{"--user-header: not a valid header name"}},
+		{[]string{"--call-all", "http://a/", "--user-header", ""}, []string{"--user-header: must not be empty"}},
+		{[]string{"--call-all", "http://a/", "--call-conns", "0"}, []string{"--call-conns: must be in [1, 10000], got 0"}},
+		{[]string{"--call-all", "http://a/", "--grpc-listen", "127.0.0.1:0"}, []string{"--grpc-listen: not with --call-all"}},
+		{[]string{"--call-timeout", "1s"}, []string{"--call-timeout: only with --call-all"}},
+		{[]string{"--user-header", "X-A"}, []string{"--user-header: only with --call-all"}},
 	}
 	for _, tt := range tests {
 		_, errOut, code := runArgs(tt.args...)
@@ -252,5 +261,83 @@ func TestGRPCPort(t *testing.T) {
 	defer l.Close()
 	if _, errOut, code := runArgs("--listen", "127.0.0.1:0", "--grpc-listen", l.Addr().String()); code != 1 || !strings.Contains(errOut, "--grpc-listen") {
 		t.Fatalf("busy gRPC port: exit %d, %q", code, errOut)
+	}
+}
+
+// The frontend mode with real listeners: a user request calls both legs, and the admin port's
+// metrics count it.
+func TestCallAllMode(t *testing.T) {
+	var mu sync.Mutex
+	var users []string
+	leg := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		users = append(users, r.Header.Get("X-User-ID"))
+		mu.Unlock()
+		if r.URL.Path == "/shed" {
+			w.Header().Set("Retry-After", "2")
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+	}))
+	defer leg.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stdout, stderr syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
+			"--call-all", leg.URL + "/a," + leg.URL + "/shed", "--call-timeout", "5s"}, &stdout, &stderr)
+	}()
+	re := regexp.MustCompile(`backend: data on (\S+)\nbackend: admin on (\S+) .*\nbackend: frontend calling `)
+	var m []string
+	deadline := time.Now().Add(10 * time.Second)
+	for m = re.FindStringSubmatch(stdout.String()); m == nil; m = re.FindStringSubmatch(stdout.String()) {
+		select {
+		case err := <-done:
+			t.Fatalf("run returned early: %v\n%s", err, stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no listening lines; stdout %q stderr %q", stdout.String(), stderr.String())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	req, _ := http.NewRequest(http.MethodGet, "http://"+m[1]+"/", nil)
+	req.Header.Set("X-User-ID", "u7")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "2" {
+		t.Fatalf("answer %d Retry-After %q, want 503 and 2", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	mu.Lock()
+	if len(users) != 2 || users[0] != "u7" || users[1] != "u7" {
+		t.Errorf("the legs saw user ids %q, want u7 twice", users)
+	}
+	mu.Unlock()
+	resp, err = http.Get("http://" + m[2] + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`backend_frontend_requests_total{result="failed"} 1`,
+		`backend_frontend_legs_total{leg="` + leg.URL + `/a",result="wasted"} 1`,
+		`backend_frontend_legs_total{leg="` + leg.URL + `/shed",result="refused"} 1`,
+	} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run after cancel = %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("run did not return after cancel")
 	}
 }

@@ -4,6 +4,10 @@
 //	loadgen --target http://127.0.0.1:8000 --rate 800 --duration 8s --timeout 1s --slo 100ms [--json]
 //	loadgen --target URL --phases 200:10s,2000:30s,200:20s --poisson-seed 1 --capacity 400
 //	loadgen --grpc --target 127.0.0.1:8000 --rate 500 --duration 8s --capacity 100
+//	loadgen --target URL --rate 400 --duration 10s --poisson-seed 1 --traceparent --users 10000
+//
+// --traceparent gives every request a fresh W3C traceparent and --users N a user id header
+// drawn from N users, as a frontend's user requests carry them.
 //
 // With --grpc every request is a unary call of loadshed.backend.v1.Backend/Work (the synthetic
 // backend's gRPC method) over h2c, and refusals are counted by grpc-status with their
@@ -83,6 +87,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		grpcCode    = fs.Int("grpc-code", 0, "with --grpc: ask the backend to answer with this gRPC status code (0 = OK)")
 		grpcReply   = fs.Int("grpc-reply-bytes", 0, "with --grpc: ask the backend for a reply payload of this many bytes")
 		asJSON      = fs.Bool("json", false, "print the full result as JSON")
+		traceparent = fs.Bool("traceparent", false, "send a fresh random W3C traceparent (version 00, sampled) with every request, replacing one from --header")
+		users       = fs.Int("users", 0, "send a user id header (--user-header) with every request, drawn uniformly from this many users (user-0 ... user-<N-1>; the draw follows --poisson-seed)")
+		userHeader  = fs.String("user-header", loadgen.DefaultUserHeader, "with --users: the user id `header`")
 	)
 	headers := headerFlags{}
 	fs.Var(headers, "header", "request header \"Name: value\" (repeatable)")
@@ -153,6 +160,26 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return r
 		}
 	}
+
+	if set["user-header"] && !set["users"] {
+		return usageError{Err: errors.New("--user-header: only with --users")}
+	}
+	if *users < 0 || *users > loadgen.MaxUsers {
+		return usageError{Err: fmt.Errorf("--users: must be in [1, %d], got %d", loadgen.MaxUsers, *users)}
+	}
+	if set["users"] && *users == 0 {
+		return usageError{Err: errors.New("--users: must be in [1, " + fmt.Sprint(loadgen.MaxUsers) + "], got 0")}
+	}
+	id := loadgen.Identity{Traceparent: *traceparent, Users: *users, UserHeader: *userHeader, Seed: *seed}
+	if *userHeader == "" {
+		return usageError{Err: errors.New("--user-header: must not be empty")}
+	}
+	wrapped, err := id.Wrap(prepare)
+	if err != nil {
+		// Users was checked above: the header name is what is left.
+		return usageError{Err: fmt.Errorf("--user-header: not a valid header name: %q", *userHeader)}
+	}
+	prepare = wrapped
 
 	cfg := loadgen.Config{
 		Target:        *target,

@@ -8,7 +8,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -95,6 +97,66 @@ func TestRunFailsOnInvalidRun(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "RUN INVALID") {
 		t.Errorf("output does not flag the run:\n%s", out.String())
+	}
+}
+
+func TestRunSendsTraceparentAndUsers(t *testing.T) {
+	var mu sync.Mutex
+	traces, users := map[string]bool{}, map[string]int{}
+	bad := 0
+	re := regexp.MustCompile(`^00-[0-9a-f]{32}-[0-9a-f]{16}-01$`)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		tp := r.Header.Get("Traceparent")
+		if !re.MatchString(tp) || r.Header.Get("X-Test") != "yes" {
+			bad++
+		}
+		traces[tp] = true
+		users[r.Header.Get("X-Account")]++
+	}))
+	defer srv.Close()
+	var out, errOut strings.Builder
+	err := run(context.Background(), []string{
+		"--target", srv.URL, "--rate", "200", "--duration", "300ms", "--header", "X-Test: yes",
+		"--header", "Traceparent: 00-00000000000000000000000000000001-0000000000000001-00",
+		"--traceparent", "--users", "3", "--user-header", "X-Account", "--late-tolerance", "250ms", "--json",
+	}, &out, &errOut)
+	if err != nil {
+		t.Fatalf("run: %v (stderr %q)", err, errOut.String())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if bad != 0 || len(traces) != 60 {
+		t.Errorf("%d requests without a valid traceparent or the --header; %d distinct traceparents, want 60", bad, len(traces))
+	}
+	for u := range users {
+		if u != "user-0" && u != "user-1" && u != "user-2" {
+			t.Errorf("user id %q outside the 3 users", u)
+		}
+	}
+	if len(users) != 3 {
+		t.Errorf("users seen %v, want all 3 among 60 requests", users)
+	}
+}
+
+func TestRunRejectsBadIdentityFlags(t *testing.T) {
+	base := []string{"--target", "http://127.0.0.1:1", "--rate", "1", "--duration", "1s"}
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--users", "-1"}, "--users: must be in [1, 1073741824], got -1"},
+		{[]string{"--users", "0"}, "--users: must be in [1, 1073741824], got 0"},
+		{[]string{"--user-header", "X-A"}, "--user-header: only with --users"},
+		{[]string{"--users", "2", "--user-header", "bad name"}, `--user-header: not a valid header name: "bad name"`},
+		{[]string{"--users", "2", "--user-header", ""}, "--user-header: must not be empty"},
+	} {
+		var out strings.Builder
+		err := run(context.Background(), append(append([]string{}, base...), tt.args...), &out, &out)
+		if !errors.As(err, new(usageError)) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%q: %v, want a usage error %q", tt.args, err, tt.want)
+		}
 	}
 }
 

@@ -24,6 +24,15 @@
 // worker) and X-Backend-Service (time spent holding it), as Go durations; /stream, whose headers
 // go out before its service, carries only X-Backend-Wait.
 //
+// # Frontend mode
+//
+// With WithCallAll (backend --call-all URL,URL,...) the data port is a frontend instead: each
+// request is answered by calling every URL at once (GET) on one shared, bounded keep-alive
+// transport, passing on traceparent, tracestate, baggage and the user id header; 200 when every
+// leg answered 2xx, else 503 with Retry-After when a leg was refused (429/503), else 502. No
+// leg is cancelled because another failed (see CallAll). backend_frontend_requests_total and
+// backend_frontend_legs_total count user requests and legs by result.
+//
 // # gRPC port
 //
 // ServeConfig.GRPC serves, on cleartext HTTP/2 with prior knowledge (h2c), the unary method
@@ -88,6 +97,7 @@ type Option func(*options)
 type options struct {
 	clock    admission.Clock
 	registry *prometheus.Registry
+	callAll  *CallAll
 }
 
 // WithClock makes the Server read time and set its service timers on c (tests pass an
@@ -97,6 +107,11 @@ func WithClock(c admission.Clock) Option { return func(o *options) { o.clock = c
 // WithRegistry registers the Server's metrics on r, which AdminHandler's /metrics serves. The
 // default is a fresh registry of the Server's own. Never the global one.
 func WithRegistry(r *prometheus.Registry) Option { return func(o *options) { o.registry = r } }
+
+// WithCallAll turns the data port into a frontend (see CallAll): each request is answered by
+// calling c.URLs at once instead of by a worker. Its metrics (backend_frontend_*) join the
+// Server's registry; the admin port and the gRPC port are unchanged.
+func WithCallAll(c CallAll) Option { return func(o *options) { o.callAll = &c } }
 
 // Server is the synthetic backend. Create it with New; it is safe for concurrent use.
 type Server struct {
@@ -108,6 +123,8 @@ type Server struct {
 	mu      sync.Mutex // guards sampler and cfg
 	sampler *slowtail.Sampler
 	cfg     Config // Workers is kept in pool
+
+	front *frontend // nil unless WithCallAll
 
 	adminMu   sync.Mutex // serializes read-modify-write updates
 	done      chan struct{}
@@ -139,6 +156,13 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 	s.pool.workers = cfg.Workers
 	if err := s.m.register(o.registry, &s.pool); err != nil {
 		return nil, err
+	}
+	if o.callAll != nil {
+		f, err := newFrontend(*o.callAll, o.registry)
+		if err != nil {
+			return nil, err
+		}
+		s.front = f
 	}
 	return s, nil
 }
@@ -185,11 +209,20 @@ func (s *Server) Close() {
 	s.closeOnce.Do(func() {
 		close(s.done)
 		s.pool.close()
+		if s.front != nil {
+			s.front.close() // running legs are cancelled and fail
+		}
 	})
 }
 
-// Handler returns the data-port handler; see the package documentation.
-func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveData) }
+// Handler returns the data-port handler; see the package documentation. With WithCallAll it is
+// the frontend's.
+func (s *Server) Handler() http.Handler {
+	if s.front != nil {
+		return s.front
+	}
+	return http.HandlerFunc(s.serveData)
+}
 
 type params struct {
 	status   int

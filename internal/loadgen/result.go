@@ -63,6 +63,9 @@ type Result struct {
 	// scheduled time; ShedLatencyP99 the same for refusals.
 	AdmittedLatency Latency       `json:"admittedLatency"`
 	ShedLatencyP99  time.Duration `json:"shedLatencyP99"`
+	// SuccessLatency holds the same percentiles for the 2xx answers alone (a frontend's 502s
+	// are admitted answers but no success).
+	SuccessLatency Latency `json:"successLatency"`
 	// RetryAfterEligible counts 429 and 503 answers, RetryAfterPresent those of them carrying a
 	// Retry-After header; RetryAfterCoverage is their ratio (0 when there were none).
 	RetryAfterEligible int     `json:"retryAfterEligible"`
@@ -228,7 +231,7 @@ func summarize(c Config, offsets []time.Duration, samples []sample) *Result {
 	if grpcRun {
 		r.Protocol = "grpc"
 	}
-	var admitted, shed, lateness []time.Duration
+	var admitted, succeeded, shed, lateness []time.Duration
 	perSecond := make([][]time.Duration, len(r.Seconds))
 	perTag := map[string][]time.Duration{}
 	for i := range samples {
@@ -330,6 +333,7 @@ func summarize(c Config, offsets []time.Duration, samples []sample) *Result {
 			if success {
 				r.Success++
 				sec.Success++
+				succeeded = append(succeeded, s.latency)
 				good := s.latency <= c.SLO
 				if good {
 					r.Goodput++
@@ -345,6 +349,7 @@ func summarize(c Config, offsets []time.Duration, samples []sample) *Result {
 		}
 	}
 	r.AdmittedLatency = latencyOf(admitted)
+	r.SuccessLatency = latencyOf(succeeded)
 	r.ShedLatencyP99 = latencyOf(shed).P99
 	lat := latencyOf(lateness)
 	r.LatenessP99, r.MaxLateness = lat.P99, lat.Max

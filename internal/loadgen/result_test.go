@@ -123,6 +123,10 @@ func TestSummarize(t *testing.T) {
 	if l := r.AdmittedLatency; l.P50 != 30*ms || l.P90 != 101*ms || l.Max != 101*ms {
 		t.Errorf("AdmittedLatency = %+v", l)
 	}
+	// Successes alone: 10 20 100 101 ms (the 500's and the 404's 40 and 30 ms are not).
+	if l := r.SuccessLatency; l.Count != 4 || l.P50 != 20*ms || l.Max != 101*ms {
+		t.Errorf("SuccessLatency = %+v", l)
+	}
 	if r.ShedLatencyP99 != 3*ms {
 		t.Errorf("ShedLatencyP99 = %s, want 3ms", r.ShedLatencyP99)
 	}

@@ -14,8 +14,12 @@ func NewChain(stages ...Core) (Core, error) {
 	return &chain{stages: stages}, nil
 }
 
-// Stages returns a chain's stages, or the core itself for any other strategy.
+// Stages returns a chain's stages, or the core itself for any other strategy (behind its cohort
+// stage, if any).
 func Stages(c Core) []Core {
+	if x, ok := c.(*Cohorts); ok {
+		c = x.inner
+	}
 	if ch, ok := c.(*chain); ok {
 		return ch.stages
 	}

@@ -299,7 +299,7 @@ func (h *harness) pick(b byte, want Verdict) *Ticket {
 }
 
 func (h *harness) offer(f *fuzzBytes, withdraw bool) {
-	req := Request{Priority: Priority(f.intn(0, 4)), Cost: int64(f.intn(-1, 10))}
+	req := Request{Priority: Priority(f.intn(0, 4)), Cost: int64(f.intn(-1, 10)), Rank: f.intn(-1, 9)}
 	if d := f.next(); d%4 != 0 {
 		req.Deadline = h.now.Add(time.Duration(d/4) * time.Millisecond)
 	}
@@ -439,21 +439,50 @@ func (h *harness) check() {
 	}
 	st := h.stats()
 	core := unwrap(h.core)
-	if ch, ok := core.(*chain); ok {
-		if st.InFlight != inflight || st.QueuedRequests != h.count(Pending) || st.Buffered != st.InFlight+st.Queued {
-			h.fail("chain stats %+v; model: %d in flight, %d pending", st, inflight, h.count(Pending))
+	live := h.live
+	if co, ok := core.(*Cohorts); ok {
+		// The waiting room's tickets are pending in the model and held by no strategy; the
+		// strategy holds the rest.
+		room := map[*Ticket]bool{}
+		var cost int64
+		for i, w := range co.room {
+			if h.model[w.t] != Pending || w.t.state != Pending || room[w.t] {
+				h.fail("cohorts: waiter %d is %v (model %v) or listed twice", i, w.t.state, h.model[w.t])
+			}
+			if i > 0 && w.level < co.room[i-1].level || w.until.After(h.now.Add(co.o.MaxWait)) {
+				h.fail("cohorts: room out of order or waiting beyond MaxWait")
+			}
+			room[w.t] = true
+			cost += max(w.t.Req.cost(), 1)
 		}
-		h.checkStages(ch)
+		live = slices.DeleteFunc(slices.Clone(live), func(t *Ticket) bool { return room[t] })
+		if st.QueuedRequests != h.count(Pending) {
+			h.fail("cohorts: stats %+v; model %d pending", st, h.count(Pending))
+		}
+		core = unwrap(co.inner)
+		st = co.inner.Stats(h.now)
+	}
+	if ch, ok := core.(*chain); ok {
+		pending := 0
+		for _, t := range live {
+			if h.model[t] == Pending {
+				pending++
+			}
+		}
+		if st.InFlight != inflight || st.QueuedRequests != pending || st.Buffered != st.InFlight+st.Queued {
+			h.fail("chain stats %+v; model: %d in flight, %d pending", st, inflight, pending)
+		}
+		h.checkStages(ch, live)
 		return
 	}
-	h.checkCore(core, h.live, st)
+	h.checkCore(core, live, st)
 }
 
 // checkStages checks each stage of a chain against the children of the live parents.
-func (h *harness) checkStages(ch *chain) {
+func (h *harness) checkStages(ch *chain, live []*Ticket) {
 	for j, s := range ch.stages {
 		var kids []*Ticket
-		for _, p := range h.live {
+		for _, p := range live {
 			last := len(p.children) - 1
 			if p.state == Admitted && len(p.children) != len(ch.stages) || p.state == Pending && p.stage != last {
 				h.fail("chain parent %v at stage %d holds %d children", p.state, p.stage, len(p.children))
@@ -607,7 +636,17 @@ func runCoreProgram(t *testing.T, data []byte) {
 		t.Fatalf("a valid configuration was refused: %v", err)
 	}
 	h := &harness{t: t, now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), model: map[*Ticket]Verdict{}}
-	h.core = h.wrap(core)
+	core = h.wrap(core)
+	if f.intn(0, 2) == 0 {
+		// Ranked admission in front of it, moving its level every few milliseconds.
+		co, err := NewCohorts(core, CohortOptions{Ranks: f.intn(2, 8), Window: f.ms(1, 20),
+			WaitFraction: []float64{-1, 0.5, 1.5, 4}[f.intn(0, 3)], MaxWait: f.ms(1, 50)})
+		if err != nil {
+			t.Fatalf("valid cohort options were refused: %v", err)
+		}
+		core = &checked{Core: co, h: h}
+	}
+	h.core = core
 	for steps := 0; !f.done() && steps < 2000; steps++ {
 		h.step(f)
 		h.check()

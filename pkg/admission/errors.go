@@ -65,4 +65,5 @@ var (
 var AllReasons = []Reason{
 	ReasonRateLimited, ReasonQueueFull, ReasonQueueTimeout, ReasonConcurrencyLimit,
 	ReasonDeadline, ReasonDraining, ReasonClientLimited, ReasonDenied, ReasonSidecarOverload,
+	ReasonCohort,
 }

@@ -63,6 +63,9 @@ type Request struct {
 	Deadline time.Time
 	// Key identifies the client for per-client limits.
 	Key string
+	// Rank orders requests of one priority under ranked admission (NewCohorts): rank 0 is
+	// admitted first, ranks at or above the count are treated as the last. Ignored otherwise.
+	Rank int
 }
 
 func (r *Request) cost() int64 {

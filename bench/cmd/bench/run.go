@@ -32,7 +32,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		aWorkers string
 		aShapes  string
 	)
-	fs.StringVar(&scenario, "scenario", "peers", "what to run: peers (every target under the overload points and the spike), cost (forwarding ceiling and CPU per request, one core per proxy) adaptive (loadshed adaptive vs Envoy adaptive_concurrency over W, service shapes and loads) long (loadshed adaptive as sidecar and as Envoy's ext_proc vs Envoy adaptive_concurrency, minutes at 2x and a capacity halving, shed share per second) or balancing (Envoy balancing three loadshed replicas by round robin, by their ORCA reports and by least request: one slowed, all equal, the slow one recovering); cost, adaptive, long and balancing never run in CI")
+	fs.StringVar(&scenario, "scenario", "peers", "what to run: peers (every target under the overload points and the spike), cost (forwarding ceiling and CPU per request, one core per proxy) adaptive (loadshed adaptive vs Envoy adaptive_concurrency over W, service shapes and loads) fanout (a frontend calling four services at once, each behind its own sidecar: cohorts off vs on at 1.5x, 2x, 3x, plus single-service checks), long (loadshed adaptive as sidecar and as Envoy's ext_proc vs Envoy adaptive_concurrency, minutes at 2x and a capacity halving, shed share per second) or balancing (Envoy balancing three loadshed replicas by round robin, by their ORCA reports and by least request: one slowed, all equal, the slow one recovering); cost, adaptive, long, balancing and fanout never run in CI")
 	fs.BoolVar(&quick, "quick", false, "CI smoke: one short point (2x, 3s, one repeat, a few targets, no spike); with --scenario cost or adaptive, their couple-of-minutes variant")
 	fs.StringVar(&cfg.OutDir, "out", "", "results directory (default results/bench-<time> under the repository root)")
 	fs.StringVar(&cfg.WorkDir, "work", "", "directory for generated configs and logs (default: a temporary directory)")
@@ -113,13 +113,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return cli.Usagef("--k6-smoke runs the k6 scripts, not --scenario %s", scenario)
 		}
 		return runBalancing(ctx, args, set, quick, cfg, adaptive.Warmup, bal, stdout, stderr)
+	case "fanout":
+		if *k6smoke != "" {
+			return cli.Usagef("--k6-smoke runs the k6 scripts, not --scenario %s", scenario)
+		}
+		return runFanout(ctx, args, set, quick, cfg, adaptive.Warmup, loads, stdout, stderr)
 	case "cost", "adaptive":
 		if *k6smoke != "" {
 			return cli.Usagef("--k6-smoke runs the k6 scripts, not --scenario %s", scenario)
 		}
 		return runScenario(ctx, scenario, args, set, quick, cfg, loads, cost, adaptive, aWorkers, aShapes, stdout, stderr)
 	default:
-		return cli.Usagef("--scenario: want peers, cost, adaptive, long or balancing, got %q", scenario)
+		return cli.Usagef("--scenario: want peers, cost, adaptive, long, balancing or fanout, got %q", scenario)
 	}
 	if quick {
 		cfg.Quick = true
@@ -282,6 +287,53 @@ func runScenario(ctx context.Context, scenario string, args []string, set map[st
 	cfg.TraceEvery = adaptive.TraceEvery
 	adaptive.Config = cfg
 	_, err = harness.RunAdaptive(ctx, adaptive, stdout, stderr)
+	return err
+}
+
+// runFanout runs the fan-out scenario (issue 32): harness.DefaultFanoutConfig with --loads
+// (default 1.5,2,3), --duration (default 15s), --warmup (default 5s) and --repeats (default 1)
+// when set; with --quick one 2x pair and the single-service points, shorter.
+func runFanout(ctx context.Context, args []string, set map[string]bool, quick bool, cfg harness.Config, warmup time.Duration,
+	loads string, stdout, stderr io.Writer) error {
+	f := harness.DefaultFanoutConfig()
+	f.WorkDir, f.KeepWork, f.Bins, f.Quick = cfg.WorkDir, cfg.KeepWork, cfg.Bins, quick
+	if quick {
+		f.Loads, f.Duration, f.Warmup = []float64{2}, 6*time.Second, 3*time.Second
+		f.StepBefore, f.StepAfter = 4*time.Second, 8*time.Second
+	}
+	if set["loads"] {
+		ls, err := parseLoads(loads)
+		if err != nil {
+			return err
+		}
+		f.Loads = ls
+	}
+	if set["duration"] {
+		f.Duration = cfg.PointDuration
+	}
+	if set["warmup"] {
+		f.Warmup = warmup
+	}
+	if set["repeats"] {
+		f.Repeats = cfg.Repeats
+	}
+	if set["slo"] {
+		f.SLO = cfg.SLO
+	}
+	var err error
+	if f.RepoRoot, err = repoRoot(); err != nil {
+		return err
+	}
+	f.OutDir = cfg.OutDir
+	if f.OutDir == "" {
+		f.OutDir = filepath.Join(f.RepoRoot, "results", "fanout-"+time.Now().UTC().Format("20060102-150405"))
+	}
+	f.CommandLine = strings.TrimSpace("go run ./bench/cmd/bench " + strings.Join(args, " "))
+	start := time.Now()
+	defer func() {
+		fmt.Fprintf(stderr, "bench: results in %s (%s)\n", f.OutDir, time.Since(start).Round(time.Second))
+	}()
+	_, err = harness.RunFanout(ctx, f, stdout, stderr)
 	return err
 }
 

@@ -36,6 +36,10 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{[]string{"--scenario", "balancing", "--balancing-cases", "slow,skewed", "--out", "unused"}, "--balancing-cases"},
 		{[]string{"--scenario", "balancing", "--balancing-policies", "random", "--out", "unused"}, "unknown policy"},
 		{[]string{"--scenario", "balancing", "--k6-smoke", "loadshed/inflight"}, "--k6-smoke"},
+		{[]string{"--scenario", "fanout", "--k6-smoke", "loadshed/inflight"}, "--k6-smoke"},
+		{[]string{"--scenario", "fanout", "--loads", "2,x"}, "--loads"},
+		{[]string{"--scenario", "fanout", "--loads", "30", "--out", "unused"}, "Loads"},
+		{[]string{"--scenario", "fanout", "--duration", "1s", "--out", "unused"}, "Duration"},
 	} {
 		err := run(context.Background(), tc.args, io.Discard, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
