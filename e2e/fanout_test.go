@@ -238,11 +238,13 @@ func (s *suite) fanoutMeasure(ctx context.Context, job string, run criteria.Fano
 	if err != nil {
 		return run, err
 	}
-	// The measured window starts after the warm-up, as loadgen's own figures do.
+	// The measured window starts after the warm-up, as loadgen's own figures do; the
+	// container's start time is whole seconds (rounded down), hence the second more, so that
+	// the window holds none of the levels' settling.
 	select {
 	case <-ctx.Done():
 		return run, ctx.Err()
-	case <-time.After(time.Until(started.Add(fanoutWarmup))):
+	case <-time.After(time.Until(started.Add(fanoutWarmup + time.Second))):
 	}
 	before, err := s.kube.PodMetrics(ctx, pods[fanoutFrontend], fmt.Sprint(fanoutAdminPort))
 	if err != nil {
