@@ -2,6 +2,7 @@ package deploy_test
 
 import (
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -756,5 +757,50 @@ func TestGoRuntimeSizedFromResources(t *testing.T) {
 	off := sidecarEnv(decode(t, render(t, "--set", "proxy.goRuntimeFromResources=false")))
 	if _, ok := off["GOMAXPROCS"]; ok {
 		t.Fatal("GOMAXPROCS set though goRuntimeFromResources is false")
+	}
+}
+
+// TestCohortsValues: proxy.cohorts.secretName mounts the shared secret read-only into the sidecar
+// and turns cohorts on, with the settings given; without it the config has no cohorts block.
+func TestCohortsValues(t *testing.T) {
+	m := decode(t, render(t, "--set", "proxy.cohorts.secretName=cohort,proxy.cohorts.secretKey=shared,proxy.cohorts.settings.count=64,proxy.cohorts.settings.key=header:X-User-ID"))
+	data := m.configMap(t, "demo-loadshed").Data["config.yaml"]
+	if !strings.Contains(data, "secretFile: /etc/loadshed-cohort/key") {
+		t.Fatalf("rendered config has no secretFile under /etc/loadshed-cohort:\n%s", data)
+	}
+	// (The proxy reads the secret as it loads the file: point it at a test secret.)
+	secret := filepath.Join(t.TempDir(), "key")
+	if err := os.WriteFile(secret, []byte("a test secret of enough bytes"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := config.Parse([]byte(strings.ReplaceAll(data, "/etc/loadshed-cohort/key", secret)))
+	if err != nil {
+		t.Fatalf("the proxy rejects the rendered config: %v\n%s", err, data)
+	}
+	if co := c.Admission.Cohorts; co == nil || co.Count != 64 || co.Key != "header:X-User-ID" || c.StatusCodes.Cohort != 503 || c.GRPC.StatusCodes.Cohort != 14 {
+		t.Fatalf("rendered cohorts %+v, statusCodes.cohort %d, grpc %d", co, c.StatusCodes.Cohort, c.GRPC.StatusCodes.Cohort)
+	}
+	pod := m.Deployments[0].Spec.Template.Spec
+	mounted := false
+	for _, ctr := range append(pod.InitContainers, pod.Containers...) {
+		for _, vm := range ctr.VolumeMounts {
+			if vm.Name == "cohort-secret" && vm.MountPath == "/etc/loadshed-cohort" && vm.ReadOnly {
+				mounted = true
+			}
+		}
+	}
+	volume := false
+	for _, v := range pod.Volumes {
+		if s := v.Secret; s != nil && s.SecretName == "cohort" && len(s.Items) == 1 && s.Items[0].Key == "shared" && s.Items[0].Path == "key" {
+			volume = true
+		}
+	}
+	if !mounted || !volume {
+		t.Errorf("cohort Secret: mounted read-only %v, volume %v", mounted, volume)
+	}
+
+	data = decode(t, render(t)).configMap(t, "demo-loadshed").Data["config.yaml"]
+	if strings.Contains(data, "cohorts") {
+		t.Errorf("no secretName, yet the config has cohorts:\n%s", data)
 	}
 }

@@ -20,6 +20,10 @@ type Admission struct {
 	// Chain holds the stages of strategy "chain", each a single settings block.
 	Chain      []Stage    `yaml:"chain"`
 	Priorities Priorities `yaml:"priorities"`
+	// Cohorts, when present, ranks the requests of each priority class and refuses the bottom of
+	// the ranking first, alike in every sidecar of a call graph (docs/cohorts.md). It works with
+	// every strategy; with none, the sidecar only assigns ranks (an entry sidecar).
+	Cohorts *Cohorts `yaml:"cohorts"`
 
 	// blocks holds the settings blocks written, by block key.
 	blocks map[string]Block
@@ -188,6 +192,7 @@ func (a *Admission) validate(errs *Problems, path string) {
 	if a.Priorities.Reserved > 0 && k.New != nil && !k.Concurrency {
 		errs.add(path+".priorities.reserved", "applies to concurrency limits (inflight, bounded-queue, adaptive, codel), not to %s", a.Strategy)
 	}
+	a.Cohorts.validate(errs, path+".cohorts")
 }
 
 func (s *Stage) validate(errs *Problems, path string) {
@@ -286,6 +291,11 @@ func (a Admission) MarshalYAML() (any, error) {
 	}
 	if a.Priorities != (Priorities{}) {
 		if err := addYAML(n, "priorities", a.Priorities); err != nil {
+			return nil, err
+		}
+	}
+	if a.Cohorts != nil {
+		if err := addYAML(n, "cohorts", a.Cohorts); err != nil {
 			return nil, err
 		}
 	}

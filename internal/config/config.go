@@ -224,6 +224,8 @@ type StatusCodes struct {
 	ClientLimited    int `yaml:"clientLimited"`
 	Denied           int `yaml:"denied"`
 	SidecarOverload  int `yaml:"sidecarOverload"`
+	// Cohort is the status of a request below the cohort admission level (admission.cohorts).
+	Cohort int `yaml:"cohort"`
 }
 
 // statusField is one entry of StatusCodes: the field's name in the file, the refusal reason it
@@ -246,6 +248,7 @@ func (c StatusCodes) fields() []statusField {
 		{"clientLimited", admission.ReasonClientLimited, c.ClientLimited},
 		{"denied", admission.ReasonDenied, c.Denied},
 		{"sidecarOverload", admission.ReasonSidecarOverload, c.SidecarOverload},
+		{"cohort", admission.ReasonCohort, c.Cohort},
 	}
 }
 
@@ -271,7 +274,7 @@ func Default() Config {
 			// UNAVAILABLE (14) for what is busy, RESOURCE_EXHAUSTED (8) for a rate, DEADLINE_EXCEEDED
 			// (4) and PERMISSION_DENIED (7): gRPC clients retry UNAVAILABLE by policy.
 			StatusCodes: GRPCCodes{RateLimited: 8, QueueFull: 14, QueueTimeout: 14, ConcurrencyLimit: 14,
-				Draining: 14, Deadline: 4, ClientLimited: 8, Denied: 7, SidecarOverload: 14},
+				Draining: 14, Deadline: 4, ClientLimited: 8, Denied: 7, SidecarOverload: 14, Cohort: 14},
 			MaxMessageBytes: 4 << 20,
 		},
 		LoadReports: LoadReports{MinInterval: Duration(time.Second)},
@@ -297,6 +300,7 @@ func Default() Config {
 		StatusCodes: StatusCodes{
 			RateLimited: 429, QueueFull: 503, QueueTimeout: 503, ConcurrencyLimit: 503,
 			Draining: 503, Deadline: 503, ClientLimited: 429, Denied: 403, SidecarOverload: 503,
+			Cohort: 503,
 		},
 		Admission: Admission{Strategy: DefaultStrategy},
 		Headers:   defaultHeaders(),
@@ -564,6 +568,7 @@ func (c *Config) Validate(errs *Problems) {
 	if len(errs.List) == 0 {
 		c.ExtProc.validateHolds(errs, c)
 	}
+	c.readSecrets(errs)
 }
 
 func checkAddr(errs *Problems, field, addr string) {

@@ -73,6 +73,7 @@ func New(cfg *config.Config, opts Options) (*Gate, error) {
 		reg = prometheus.NewRegistry()
 	}
 	g.metrics = metrics.New(reg, g.StageStates)
+	metrics.NewCohorts(reg, g.CohortStates)
 	g.quotaMetrics = metrics.NewQuota(reg, g.QuotaState)
 	g.log, g.replicaID = opts.Logger, opts.ReplicaID
 	if g.log == nil {
@@ -142,6 +143,23 @@ func (g *Gate) StageStates() []metrics.StageState {
 	return out
 }
 
+// CohortStates reports the cohort admission level of every policy with cohorts (what the
+// gauges show).
+func (g *Gate) CohortStates() []metrics.CohortState {
+	st := g.state.Load()
+	if st == nil {
+		return nil
+	}
+	var out []metrics.CohortState
+	for _, p := range st.policies() {
+		if l, ok := p.CohortLevel(); ok {
+			out = append(out, metrics.CohortState{Route: p.route, Level: levelValue(l, p.ranker.count),
+				Priority: l.Priority.String(), Rank: float64(l.Rank)})
+		}
+	}
+	return out
+}
+
 // Drain refuses whatever waits in a queue now, and every later request, with ReasonDraining.
 // Admitted requests keep their permits.
 func (g *Gate) Drain() {
@@ -191,7 +209,8 @@ type Refusal struct {
 	// GRPCCode is the grpc-status a refused gRPC call gets (grpc.statusCodes).
 	GRPCCode int
 
-	load *loadSnap // the load report for the caller, if any (Headers adds it)
+	load  *loadSnap // the load report for the caller, if any (Headers adds it)
+	level string    // the cohort level for a trusted caller, if any (Headers adds it)
 }
 
 // Field is one header a door sets.
@@ -199,22 +218,27 @@ type Field struct{ Name, Value string }
 
 // Headers are the headers of a refusal's answer through any door: X-Loadshed-Reason naming the
 // reason, and Retry-After (to a gRPC call, grpc-retry-pushback-ms) unless the refusal asks for
-// no retry (403). An HTTP answer also says it is plain text that no cache keeps. (A gRPC call's
-// content-type, grpc-status and grpc-message are the door's to write in its own framing.)
+// no retry (403); to a trusted caller of a route with cohorts, X-Loadshed-Level. An HTTP answer
+// also says it is plain text that no cache keeps. (A gRPC call's content-type, grpc-status and
+// grpc-message are the door's to write in its own framing.)
 func (r *Refusal) Headers(grpc bool) []Field {
+	var f []Field
 	if grpc {
-		f := []Field{{"X-Loadshed-Reason", string(r.Reason)}}
+		f = []Field{{"X-Loadshed-Reason", string(r.Reason)}}
 		if v := r.PushbackMillis(); v != "" {
 			f = append(f, Field{"Grpc-Retry-Pushback-Ms", v})
 		}
-		return append(f, r.load.fields(true)...)
+	} else {
+		f = []Field{{"Content-Type", "text/plain; charset=utf-8"}, {"X-Content-Type-Options", "nosniff"},
+			{"Cache-Control", "no-store"}, {"X-Loadshed-Reason", string(r.Reason)}}
+		if v := r.RetryAfterHeader(); v != "" {
+			f = append(f, Field{"Retry-After", v})
+		}
 	}
-	f := []Field{{"Content-Type", "text/plain; charset=utf-8"}, {"X-Content-Type-Options", "nosniff"},
-		{"Cache-Control", "no-store"}, {"X-Loadshed-Reason", string(r.Reason)}}
-	if v := r.RetryAfterHeader(); v != "" {
-		f = append(f, Field{"Retry-After", v})
+	if r.level != "" {
+		f = append(f, Field{LevelHeader, r.level})
 	}
-	return append(f, r.load.fields(false)...)
+	return append(f, r.load.fields(grpc)...)
 }
 
 func (r *Refusal) Error() string {
@@ -277,8 +301,10 @@ func (g *Gate) Admit(ctx context.Context, r *Request, queued func(admission.Queu
 	p, routeCost, streaming, clients := st.match(r.Method, r.Path)
 	door := r.Door
 	now := g.clock.Now()
-	reports := st.cfg.LoadReports.ORCA && g.ReportsTo(r.Header, r.Peer)
-	req, herr := st.spec.parseRequest(r.Header, r.Peer, now, routeCost)
+	check := trustCheck{rules: st.spec.trust, h: r.Header, peer: r.Peer}
+	lr := st.cfg.LoadReports
+	to := caller{reports: lr.ORCA && (!lr.TrustedOnly || check.trusted())}
+	req, herr := st.spec.parse(r.Header, now, routeCost, &check)
 	if herr != nil {
 		// A malformed admission header is the client's mistake: 400 naming the header.
 		p.m.count(door, OutcomeClientError, 400)
@@ -288,20 +314,26 @@ func (g *Gate) Admit(ctx context.Context, r *Request, queued func(admission.Queu
 		p.m.count(door, OutcomeClientError, 413)
 		return nil, &ClientError{Status: 413, Limit: max}
 	}
+	var cohort cohortRank
+	if p.ranker != nil {
+		to.level = p.cohorts != nil && check.trusted()
+		cohort = p.ranker.assign(r.Header, now, check.trusted())
+		req.Rank, to.rank = cohort.rank, cohort.rank
+	}
 	if g.self != nil && req.Priority > admission.CriticalPlus {
 		// The sidecar's own CPU is the bottleneck: a share of new requests is answered at once,
 		// before anything else is spent on them.
 		if share := g.self.Shed(); share > 0 && rand.Float64() < share {
 			rej := &admission.Rejection{Reason: admission.ReasonSidecarOverload, Stage: "sidecar", RetryAfter: time.Second}
 			if !g.dryRun(p, door, req, rej) {
-				return nil, g.refuse(st, p, door, req, reports, rej)
+				return nil, g.refuse(st, p, door, req, to, rej)
 			}
 		}
 	}
 	if clients != nil {
 		// Bounded by the quota store's timeout; a store that fails is decided locally.
 		if rej := clients.Check(ctx, now, req.Key, req.Cost); rej != nil && !g.dryRun(p, door, req, rej) {
-			return nil, g.refuse(st, p, door, req, reports, rej)
+			return nil, g.refuse(st, p, door, req, to, rej)
 		}
 	}
 	if !req.Deadline.IsZero() {
@@ -311,11 +343,12 @@ func (g *Gate) Admit(ctx context.Context, r *Request, queued func(admission.Queu
 		if exp := p.latency.value(); !req.Deadline.After(now) || exp > 0 && req.Deadline.Sub(now) < exp {
 			rej := &admission.Rejection{Reason: admission.ReasonDeadline, Stage: p.strategy}
 			if !g.dryRun(p, door, req, rej) {
-				return nil, g.refuse(st, p, door, req, reports, rej)
+				return nil, g.refuse(st, p, door, req, to, rej)
 			}
 		}
 	}
-	pass := &Pass{p: p, spec: &st.spec, gate: g, door: door, start: now, streaming: streaming, reports: reports,
+	pass := &Pass{p: p, spec: &st.spec, gate: g, door: door, start: now, streaming: streaming, reports: to.reports,
+		level: to.level, baggage: cohort.baggage,
 		grpc: st.spec.grpcTimeout && r.Header.Get("Grpc-Timeout") != "", call: r.GRPC || r.Door == DoorGRPC}
 	switch {
 	case streaming:
@@ -344,13 +377,13 @@ func (g *Gate) Admit(ctx context.Context, r *Request, queued func(admission.Queu
 	if err != nil {
 		var rej *admission.Rejection
 		if errors.As(err, &rej) {
-			return nil, g.refuse(st, p, door, req, reports, rej)
+			return nil, g.refuse(st, p, door, req, to, rej)
 		}
 		if errors.Is(context.Cause(ctx), ErrAnswerDue) {
 			// The door cannot hold the request longer: a queue timeout, whose retry hint is the
 			// wait it has had.
 			waited := max(g.clock.Now().Sub(now), time.Millisecond)
-			return nil, g.refuse(st, p, door, req, reports, &admission.Rejection{Reason: admission.ReasonQueueTimeout, RetryAfter: waited, Stage: p.strategy})
+			return nil, g.refuse(st, p, door, req, to, &admission.Rejection{Reason: admission.ReasonQueueTimeout, RetryAfter: waited, Stage: p.strategy})
 		}
 		// The client went away while it waited: no answer, no upstream call.
 		p.m.count(door, OutcomeCanceled, 499)
@@ -378,8 +411,15 @@ func stageOf(p *Policy, rej *admission.Rejection) string {
 	return rej.Stage
 }
 
+// caller is what the gate tells the sender of a request beyond the answer itself.
+type caller struct {
+	reports bool // load reports (loadReports)
+	level   bool // X-Loadshed-Level: a trusted sender, cohorts on
+	rank    int  // its cohort rank (cohorts on)
+}
+
 // refuse counts a shed and returns its Refusal.
-func (g *Gate) refuse(st *state, p *Policy, door DoorKind, req admission.Request, reports bool, rej *admission.Rejection) *Refusal {
+func (g *Gate) refuse(st *state, p *Policy, door DoorKind, req admission.Request, to caller, rej *admission.Rejection) *Refusal {
 	code, grpcCode := 503, 14
 	if i := reasonIndex(rej.Reason); i >= 0 {
 		code, grpcCode = st.status[i], st.grpc[i]
@@ -388,8 +428,14 @@ func (g *Gate) refuse(st *state, p *Policy, door DoorKind, req admission.Request
 	p.m.refused(door, stage, rej.Reason, req.Priority, false)
 	p.m.count(door, OutcomeShed, code)
 	ref := &Refusal{Reason: rej.Reason, Stage: stage, Status: code, RetryAfter: rej.RetryAfter, GRPCCode: grpcCode}
-	if reports {
+	if to.reports {
 		ref.load = g.loads.snap.Load()
+	}
+	if p.cohorts != nil {
+		p.m.cohortRefused(band(to.rank, p.ranker.count), rej.Reason)
+		if to.level {
+			ref.level = p.cohorts.Level().String()
+		}
 	}
 	return ref
 }

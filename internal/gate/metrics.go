@@ -46,6 +46,10 @@ type policyMetrics struct {
 	shedTab, dryTab []atomic.Pointer[counterRef] // [stage][reason][priority][door]
 	// The load report's counts: admitted, refused and failed upstream, since the policy began.
 	admittedN, shedN, failedN atomic.Int64
+	// cohortShed counts a cohorts policy's refusals by rank band (curried: route; nil without
+	// cohorts), through cohortTab [band][reason].
+	cohortShed *prometheus.CounterVec
+	cohortTab  [rankBands]atomic.Pointer[[]atomic.Pointer[counterRef]]
 }
 
 type codeTable [500]atomic.Pointer[counterRef]
@@ -117,6 +121,30 @@ func (pm *policyMetrics) refused(door DoorKind, stage string, reason admission.R
 		return
 	}
 	store(slot, vec.WithLabelValues(stage, string(reason), prio.String(), door.String())).Inc()
+}
+
+// cohortRefused adds one refusal to loadshed_cohort_shed_total, in the band of its rank.
+func (pm *policyMetrics) cohortRefused(band int, reason admission.Reason) {
+	r := reasonIndex(reason)
+	if pm.cohortShed == nil {
+		return
+	}
+	if r < 0 || band < 0 || band >= rankBands {
+		pm.cohortShed.WithLabelValues(strconv.Itoa(band), string(reason)).Inc()
+		return
+	}
+	row := pm.cohortTab[band].Load()
+	if row == nil {
+		fresh := make([]atomic.Pointer[counterRef], len(admission.AllReasons))
+		pm.cohortTab[band].CompareAndSwap(nil, &fresh)
+		row = pm.cohortTab[band].Load()
+	}
+	slot := &(*row)[r]
+	if ref := slot.Load(); ref != nil {
+		ref.c.Inc()
+		return
+	}
+	store(slot, pm.cohortShed.WithLabelValues(strconv.Itoa(band), string(reason))).Inc()
 }
 
 // store puts c into an empty slot and returns the counter the slot holds (another goroutine's,

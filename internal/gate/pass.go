@@ -40,11 +40,13 @@ type Pass struct {
 	outcome  Outcome
 	held     bool
 	stream   bool
-	grpc     bool // the client sent grpc-timeout
-	call     bool // a gRPC call (Request.GRPC)
-	quiet    bool // the call's status is a failure that says nothing about load (CallEnded)
-	reports  bool // the caller gets load reports (loadReports)
-	fwdSet   [2]Field
+	grpc     bool   // the client sent grpc-timeout
+	call     bool   // a gRPC call (Request.GRPC)
+	quiet    bool   // the call's status is a failure that says nothing about load (CallEnded)
+	reports  bool   // the caller gets load reports (loadReports)
+	level    bool   // the caller gets the cohort level (a trusted caller, cohorts on)
+	baggage  string // the baggage to forward with the rank's member; empty: as it came
+	fwdSet   [3]Field
 
 	streaming bool // a streaming route
 	// The watch armed at Forward: a gRPC call still open after grpc.streamAfter is taken for a
@@ -74,7 +76,8 @@ func (ps *Pass) Deadline() time.Time {
 // here) and returns how its headers change on the way: the admission headers to remove (the
 // priority and cost headers, unless trust.forwardAdmissionHeaders keeps them) and the headers to
 // set, the remaining deadline in the timeout header and, when the client sent grpc-timeout, in
-// grpc-timeout too, so the upstream can give up in time. The slices are the Pass's own. The
+// grpc-timeout too, so the upstream can give up in time, and with cohorts the baggage carrying
+// the request's rank (docs/cohorts.md). The slices are the Pass's own. The
 // first Forward also arms the gate's watch on the exchange (grpc.streamAfter for a gRPC call).
 func (ps *Pass) Forward(at time.Time) (remove []string, set []Field) {
 	ps.fwd = max(at.Sub(ps.start), 1)
@@ -85,19 +88,24 @@ func (ps *Pass) Forward(at time.Time) (remove []string, set []Field) {
 		}
 		ps.watchMu.Unlock()
 	}
-	dl := ps.Deadline()
-	if dl.IsZero() {
-		return ps.spec.strip, nil
-	}
-	left := max(dl.Sub(at), time.Millisecond).Truncate(time.Millisecond)
 	n := 0
-	if name := ps.spec.timeoutHeader; name != "" {
-		ps.fwdSet[n] = Field{name, left.String()}
+	if ps.baggage != "" {
+		ps.fwdSet[n] = Field{"Baggage", ps.baggage}
 		n++
 	}
-	if ps.grpc {
-		ps.fwdSet[n] = Field{"Grpc-Timeout", strconv.FormatInt(left.Milliseconds(), 10) + "m"}
-		n++
+	if dl := ps.Deadline(); !dl.IsZero() {
+		left := max(dl.Sub(at), time.Millisecond).Truncate(time.Millisecond)
+		if name := ps.spec.timeoutHeader; name != "" {
+			ps.fwdSet[n] = Field{name, left.String()}
+			n++
+		}
+		if ps.grpc {
+			ps.fwdSet[n] = Field{"Grpc-Timeout", strconv.FormatInt(left.Milliseconds(), 10) + "m"}
+			n++
+		}
+	}
+	if n == 0 {
+		return ps.spec.strip, nil
 	}
 	return ps.spec.strip, ps.fwdSet[:n]
 }
@@ -140,7 +148,8 @@ const (
 )
 
 // Answered records the upstream's response headers and says what the door does with the rest,
-// and which fields it adds to the answer: the load report (loadReports.orca), in the headers of
+// and which fields it adds to the answer: the load report (loadReports.orca) and the cohort level
+// to a trusted caller (X-Loadshed-Level), in the headers of
 // an HTTP answer and of a gRPC call that ends in them (NextEnded), in the trailers of one that
 // ends there (NextTrailers). The fields are shared: the door copies them, never changes them.
 // The status decides the outcome (5xx an upstream error, 4xx the client's); the time since
@@ -148,10 +157,22 @@ const (
 // its whole duration, taken at CallEnded).
 func (ps *Pass) Answered(a Answer) (Next, []Field) {
 	next := ps.answered(a)
-	if !ps.reports {
-		return next, nil
+	return next, ps.fields(ps.call && a.Status == 200)
+}
+
+// fields are the fields the gate adds to an answer: the load report (loadReports) and, to a
+// trusted caller of a route with cohorts, X-Loadshed-Level.
+func (ps *Pass) fields(grpc bool) []Field {
+	var load []Field
+	if ps.reports {
+		load = ps.gate.loads.snap.Load().fields(grpc)
 	}
-	return next, ps.gate.loads.snap.Load().fields(ps.call && a.Status == 200)
+	if !ps.level {
+		return load
+	}
+	// A slice of its own each time: a door may still hold the fields of an earlier answer.
+	f := make([]Field, 0, len(load)+1)
+	return append(append(f, load...), Field{LevelHeader, ps.p.cohorts.Level().String()})
 }
 
 func (ps *Pass) answered(a Answer) Next {
@@ -223,8 +244,8 @@ func (ps *Pass) Complete() { ps.release(ps.classify()) }
 
 // Failed records that the exchange failed: the outcome and the status the door sent the client
 // for it (0: none; the status of the upstream's answer, if any, stays). It returns the fields the
-// door's own answer gets, as Answered does (the load report; for a gRPC call, in the form of its
-// trailers-only answer).
+// door's own answer gets, as Answered does (the load report and the cohort level; for a gRPC
+// call, in the form of its trailers-only answer).
 func (ps *Pass) Failed(o Outcome, status int) []Field {
 	if o < numOutcomes {
 		ps.outcome = o
@@ -232,10 +253,7 @@ func (ps *Pass) Failed(o Outcome, status int) []Field {
 	if status != 0 {
 		ps.status = int32(status)
 	}
-	if !ps.reports {
-		return nil
-	}
-	return ps.gate.loads.snap.Load().fields(ps.call)
+	return ps.fields(ps.call)
 }
 
 // Abort records that the answer broke off before the client had it all (the door aborts the

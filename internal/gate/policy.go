@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/loadshed/loadshed/internal/config"
 	"github.com/loadshed/loadshed/internal/metrics"
 	"github.com/loadshed/loadshed/internal/quota"
@@ -25,6 +27,10 @@ type Policy struct {
 	// answers), used to refuse requests whose deadline is shorter than the expected service.
 	latency ewma
 	m       *policyMetrics
+	// cohorts is the ranked admission wrapping the core and ranker computes the ranks, when the
+	// block has cohorts; nil otherwise.
+	cohorts *admission.Cohorts
+	ranker  *ranker
 }
 
 func newPolicy(route string, a *config.Admission, m *metrics.Proxy, clock admission.Clock) (*Policy, error) {
@@ -32,12 +38,25 @@ func newPolicy(route string, a *config.Admission, m *metrics.Proxy, clock admiss
 	if err != nil {
 		return nil, err
 	}
+	var cohorts *admission.Cohorts
+	if a.Cohorts != nil {
+		if cohorts, err = admission.NewCohorts(core, a.Cohorts.Options()); err != nil {
+			return nil, fmt.Errorf("cohorts: %w", err)
+		}
+		core = cohorts
+	}
 	p := &Policy{route: route, strategy: a.Strategy, cfg: *a, dryRun: a.DryRun, rate: a.Rate(),
-		limiter: admission.NewLimiter(core, admission.WithClock(clock))}
+		limiter: admission.NewLimiter(core, admission.WithClock(clock)), cohorts: cohorts}
+	if cohorts != nil {
+		p.ranker = newRanker(a.Cohorts)
+	}
 	for _, s := range admission.Stages(core) {
 		p.stages = append(p.stages, s.Name())
 	}
 	p.m = newPolicyMetrics(m, route, p.strategy, p.stages)
+	if cohorts != nil {
+		p.m.cohortShed = m.CohortShed.MustCurryWith(prometheus.Labels{"route": route})
+	}
 	return p, nil
 }
 
@@ -46,6 +65,14 @@ func (p *Policy) Route() string { return p.route }
 
 // Strategy is the configured strategy's name.
 func (p *Policy) Strategy() string { return p.strategy }
+
+// CohortLevel is the cohort admission level now, and false when the policy has no cohorts.
+func (p *Policy) CohortLevel() (admission.CohortLevel, bool) {
+	if p.cohorts == nil {
+		return admission.CohortLevel{}, false
+	}
+	return p.cohorts.Level(), true
+}
 
 // Stats is the strategy's current state.
 func (p *Policy) Stats() admission.Stats { return p.limiter.Stats() }

@@ -112,9 +112,14 @@ func (c *trustCheck) trusted() bool {
 // priority above the default, lower its cost below the route's, or name its client key; an
 // untrusted one's claims are bounded there, and its key is its address.
 func (s *requestSpec) parseRequest(h Header, peer string, now time.Time, routeCost int64) (admission.Request, *headerError) {
+	return s.parse(h, now, routeCost, &trustCheck{rules: s.trust, h: h, peer: peer})
+}
+
+// parse is parseRequest with the request's trust check, which the caller may consult again.
+func (s *requestSpec) parse(h Header, now time.Time, routeCost int64, check *trustCheck) (admission.Request, *headerError) {
 	routeCost = max(routeCost, 1)
 	req := admission.Request{Priority: s.defaultPriority, Cost: routeCost}
-	check := trustCheck{rules: s.trust, h: h, peer: peer}
+	peer := check.peer
 	if s.priorityHeader != "" {
 		if v := h.Get(s.priorityHeader); v != "" {
 			p, err := admission.ParsePriority(strings.ToLower(strings.TrimSpace(v)))
@@ -167,7 +172,7 @@ func (s *requestSpec) parseRequest(h Header, peer string, now time.Time, routeCo
 	case timeout < time.Duration(math.MaxInt64)-time.Duration(now.UnixNano()):
 		req.Deadline = now.Add(timeout)
 	}
-	req.Key = s.clientKey(h, peer, &check)
+	req.Key = s.clientKey(h, peer, check)
 	return req, nil
 }
 

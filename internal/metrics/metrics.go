@@ -54,8 +54,10 @@ type Proxy struct {
 	UpstreamLatency *prometheus.HistogramVec
 	RequestDuration *prometheus.HistogramVec
 	Reloads         *prometheus.CounterVec
-	ReloadOK        prometheus.Gauge
-	Draining        prometheus.Gauge
+	// CohortShed counts the refusals of routes with cohorts by the refused request's rank band.
+	CohortShed *prometheus.CounterVec
+	ReloadOK   prometheus.Gauge
+	Draining   prometheus.Gauge
 }
 
 // New creates the proxy's metrics and registers them, with the Go and process collectors and a
@@ -93,6 +95,10 @@ func New(reg prometheus.Registerer, stages func() []StageState) *Proxy {
 			Name: "loadshed_config_reloads_total",
 			Help: "Configuration reloads, by result (success or failure).",
 		}, []string{"result"}),
+		CohortShed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "loadshed_cohort_shed_total",
+			Help: "Requests refused on a route with cohorts, by route, rank band (0 the best eighth of the ranks, 7 the worst) and reason.",
+		}, []string{"route", "band", "reason"}),
 		ReloadOK: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "loadshed_config_last_reload_successful",
 			Help: "1 if the last configuration reload succeeded (or none was tried), 0 if it failed.",
@@ -112,7 +118,7 @@ func New(reg prometheus.Registerer, stages func() []StageState) *Proxy {
 	}, []string{"version", "goversion"})
 	buildInfo.WithLabelValues(version.Version, runtime.Version()).Set(1)
 	reg.MustRegister(m.Requests, m.Shed, m.DryRunShed, m.QueueWait, m.UpstreamLatency, m.RequestDuration,
-		m.Reloads, m.ReloadOK, m.Draining, buildInfo, &stateCollector{stages: stages},
+		m.Reloads, m.CohortShed, m.ReloadOK, m.Draining, buildInfo, &stateCollector{stages: stages},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -182,6 +188,8 @@ func Names() []string {
 	m.QueueWait.WithLabelValues("r", "s")
 	m.UpstreamLatency.WithLabelValues("r")
 	m.RequestDuration.WithLabelValues("r")
+	m.CohortShed.WithLabelValues("r", "0", "x")
+	NewCohorts(reg, func() []CohortState { return []CohortState{{Route: "r", Priority: "p"}} })
 	q := NewQuota(reg, func() (QuotaState, bool) { return QuotaState{Breaker: BreakerClosed, Replicas: 1}, true })
 	q.StoreErrors.WithLabelValues("take", "timeout")
 	q.Decisions.WithLabelValues("q", "store", "allowed")

@@ -239,6 +239,12 @@ strategy's block is written.
 {{- $_ := set $admission "priorities" (deepCopy .) }}
 {{- end }}
 {{- end }}
+{{- with $p.cohorts }}
+{{- if .secretName }}
+{{- /* The shared secret is mounted at /etc/loadshed-cohort (templates/_sidecar.tpl). */}}
+{{- $_ := set $admission "cohorts" (mustMergeOverwrite (deepCopy (.settings | default dict)) (dict "secretFile" "/etc/loadshed-cohort/key")) }}
+{{- end }}
+{{- end }}
 {{- /* A native sidecar gets SIGTERM only after the application has drained (its preStop hook) and exited. */}}
 {{- $shutdown := deepCopy $p.shutdown }}
 {{- if include "loadshed.native" . }}

@@ -75,6 +75,12 @@ loadshed.native says so) a native sidecar, an init container with restartPolicy 
       mountPath: /etc/loadshed-tls
       readOnly: true
     {{- end }}
+    {{- if .Values.proxy.cohorts.secretName }}
+    # The cohort secret the call graph's sidecars share, read at start and at every reload.
+    - name: cohort-secret
+      mountPath: /etc/loadshed-cohort
+      readOnly: true
+    {{- end }}
     {{- if $quotaStore }}
     {{- if .Values.clients.store.redis.password.secretName }}
     # The quota store's password, read at every new connection (a rotated Secret is used).
