@@ -1,8 +1,12 @@
 package cluster
 
 import (
+	"context"
 	"strings"
 	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 )
 
 const page = `# HELP backend_frontend_legs_total Legs the frontend called.
@@ -43,5 +47,17 @@ func TestParseMetrics(t *testing.T) {
 	}
 	if _, err := ParseMetrics(strings.NewReader("metric{ 1\n")); err == nil {
 		t.Error("a broken page parsed")
+	}
+}
+
+func TestApplySecret(t *testing.T) {
+	k := &Kube{CS: fake.NewClientset(), NS: "ns"}
+	m := []byte("apiVersion: v1\nkind: Secret\nmetadata:\n  name: s\n  namespace: ns\nstringData:\n  key: \"0123456789abcdef\"\n")
+	if err := k.Apply(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	got, err := k.CS.CoreV1().Secrets("ns").Get(context.Background(), "s", metav1.GetOptions{})
+	if err != nil || got.StringData["key"] != "0123456789abcdef" {
+		t.Fatalf("secret %+v, err %v", got, err)
 	}
 }
