@@ -5,7 +5,8 @@
 // as its external processor, issue 13), overloads each with k6 running as a Job inside the
 // cluster, watches the alert rules fire in an in-cluster Prometheus, replaces pods under steady
 // load, puts the sidecar into plain workloads with the injector's webhook and with inject
-// (issue 14), and writes a results table.
+// (issue 14), runs a call graph of a frontend and four services with cohorts off and on (issue
+// 32), and writes a results table.
 //
 // It is its own Go module so that the Kubernetes client libraries stay out of the sidecar's
 // build. The test is behind the build tag "e2e"; run it with scripts/e2e.sh from the repository
@@ -36,6 +37,10 @@
 //	                    piped into kubectl apply, with the two-step switch of a Service by number
 //	                    and a rollout restart under steady load): 1 (default) last, 0 none, only
 //	                    nothing else
+//	E2E_COHORTS         the fan-out row (issue 32: a frontend calling four services through their
+//	                    Services, each behind its sidecar with an in-flight limit, Poisson user
+//	                    requests at 2x from loadshed's loadgen; cohorts off, then on after a helm
+//	                    upgrade): 1 (default) after the quota rows, 0 none, only nothing else
 //	E2E_KEEP_CLUSTER    1 keeps the cluster after the run (for debugging)
 //	LOADSHED_CACHE      tool cache (default ~/.cache/loadshed)
 package e2e

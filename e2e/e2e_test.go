@@ -51,6 +51,7 @@ type settings struct {
 	quota                      switchMode // E2E_QUOTA (quota_test.go)
 	envoy                      switchMode // E2E_ENVOY (envoy_test.go)
 	inject                     switchMode // E2E_INJECT (inject_test.go)
+	cohorts                    switchMode // E2E_COHORTS (fanout_test.go)
 }
 
 func loadSettings(t *testing.T) settings {
@@ -77,6 +78,7 @@ func loadSettings(t *testing.T) settings {
 		quota:      switchSetting(t, "E2E_QUOTA"),
 		envoy:      switchSetting(t, "E2E_ENVOY"),
 		inject:     switchSetting(t, "E2E_INJECT"),
+		cohorts:    switchSetting(t, "E2E_COHORTS"),
 	}
 	if !filepath.IsAbs(s.artifacts) {
 		s.artifacts = filepath.Join(root, s.artifacts)
@@ -97,21 +99,23 @@ func loadSettings(t *testing.T) settings {
 		}
 	}
 	only := 0
-	for _, m := range []switchMode{s.quota, s.envoy, s.inject} {
+	for _, m := range []switchMode{s.quota, s.envoy, s.inject, s.cohorts} {
 		if m == switchOnly {
 			only++
 		}
 	}
 	if only > 1 {
-		t.Fatal("E2E_QUOTA, E2E_ENVOY, E2E_INJECT: at most one of them may be only")
+		t.Fatal("E2E_QUOTA, E2E_ENVOY, E2E_INJECT, E2E_COHORTS: at most one of them may be only")
 	}
 	switch {
 	case s.quota == switchOnly:
-		s.strategies, s.envoy, s.inject = nil, switchOff, switchOff
+		s.strategies, s.envoy, s.inject, s.cohorts = nil, switchOff, switchOff, switchOff
 	case s.envoy == switchOnly:
-		s.strategies, s.quota, s.inject = nil, switchOff, switchOff
+		s.strategies, s.quota, s.inject, s.cohorts = nil, switchOff, switchOff, switchOff
 	case s.inject == switchOnly:
-		s.strategies, s.quota, s.envoy = nil, switchOff, switchOff
+		s.strategies, s.quota, s.envoy, s.cohorts = nil, switchOff, switchOff, switchOff
+	case s.cohorts == switchOnly:
+		s.strategies, s.quota, s.envoy, s.inject = nil, switchOff, switchOff, switchOff
 	}
 	return s
 }
@@ -161,6 +165,8 @@ type suite struct {
 	// results (inject_test.go).
 	injectBin, injectorBin, injectorImage, kubeVersion string
 	injected                                           []results.Row
+	// loadgenImage is the fan-out row's load generator (fanout_test.go).
+	loadgenImage string
 
 	mu      sync.Mutex
 	timings []results.Timing
@@ -232,9 +238,13 @@ func TestKind(t *testing.T) {
 	if st.inject != switchOff {
 		must(s.phase("inject and injector: binaries and image", func() error { return s.buildInjection(ctx) }))
 	}
+	if st.cohorts != switchOff {
+		must(s.phase("loadgen: binary and image", func() error { return s.buildLoadgen(ctx) }))
+	}
 	must(s.phase("cluster and images in it", func() error {
 		images := append([]string{loadshedRef, s.k6Image, promImage}, s.quotaImages()...)
 		images = append(images, s.injectImages()...)
+		images = append(images, s.fanoutImages()...)
 		return s.createCluster(ctx, append(images, s.envoyImages()...)...)
 	}))
 	must(s.phase("prometheus", func() error { return s.prometheus(ctx, promImage) }))
@@ -303,6 +313,11 @@ func TestKind(t *testing.T) {
 	wg.Wait()
 	if ctx.Err() == nil && st.quota != switchOff {
 		if err := s.phase("quota across replicas", func() error { return s.quotaRows(ctx) }); err != nil {
+			t.Error(err)
+		}
+	}
+	if ctx.Err() == nil && st.cohorts != switchOff {
+		if err := s.phase("fan-out: cohorts off against on", func() error { return s.fanoutRow(ctx) }); err != nil {
 			t.Error(err)
 		}
 	}

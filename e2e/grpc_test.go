@@ -21,7 +21,7 @@ const grpcCapacityRPS = 100
 func (s *suite) grpcRows() []row {
 	switch v := os.Getenv("E2E_GRPC"); v {
 	case "", "1":
-		if s.envoy == switchOnly || s.quota == switchOnly || s.inject == switchOnly {
+		if s.envoy == switchOnly || s.quota == switchOnly || s.inject == switchOnly || s.cohorts == switchOnly {
 			return nil
 		}
 	case "0":

@@ -18,6 +18,7 @@
 #   E2E_QUOTA         the quota rows (replicas sharing a quota through Redis): 1 (default), 0, only
 #   E2E_ENVOY         the Envoy row (Envoy in the pod, loadshed its ext_proc server): 1 (default), 0, only
 #   E2E_INJECT        the injection rows (webhook, inject | kubectl apply): 1 (default), 0, only
+#   E2E_COHORTS       the fan-out row (a frontend and four services, cohorts off then on): 1 (default), 0, only
 #   E2E_TIMEOUT       go test timeout (default 40m)
 #   E2E_KEEP_CLUSTER  1 keeps the cluster for debugging (delete it with kind delete cluster --name ...)
 #   LOADSHED_CACHE    tool cache (default ~/.cache/loadshed)

@@ -152,6 +152,8 @@ func (k *Kube) Apply(ctx context.Context, manifest []byte) error {
 			_, err = k.CS.CoreV1().ServiceAccounts(k.NS).Create(ctx, o, c)
 		case *corev1.ConfigMap:
 			_, err = k.CS.CoreV1().ConfigMaps(k.NS).Create(ctx, o, c)
+		case *corev1.Secret:
+			_, err = k.CS.CoreV1().Secrets(k.NS).Create(ctx, o, c)
 		case *corev1.Service:
 			_, err = k.CS.CoreV1().Services(k.NS).Create(ctx, o, c)
 		case *appsv1.Deployment:

@@ -39,6 +39,8 @@ type Results struct {
 
 	// Quota holds the runs of a client over its quota shared by replicas (quota.go).
 	Quota []QuotaRow `json:"quota,omitempty"`
+	// Fanout is the fan-out row, cohorts off against on (fanout.go).
+	Fanout *Fanout `json:"fanout,omitempty"`
 }
 
 // Row is one strategy's overload run and its verdict.
@@ -188,6 +190,7 @@ func (r *Results) Markdown() string {
 		}
 	}
 	r.writeQuota(&b)
+	r.writeFanout(&b)
 	if len(r.Timings) > 0 {
 		b.WriteString("\nTimings:")
 		for i, t := range r.Timings {
