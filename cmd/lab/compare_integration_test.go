@@ -127,3 +127,31 @@ func (l *testLog) Write(p []byte) (int, error) {
 	l.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
 }
+
+// TestCompareFanoutWithLive is issue 32's check of the lab's call graph against a live one: four
+// services (4 workers, 20 ms with the slow tail, in-flight limit 4) called at once by a frontend
+// at 2x, independent sidecars and cohorts. Every figure the comparison judges (end-to-end
+// success, each leg's share, wasted legs within 5 points; the p99 of successful user requests
+// within 25%) must be within its bounds; a variant that misses is measured once more.
+func TestCompareFanoutWithLive(t *testing.T) {
+	args := []string{"compare", "--fanout", "--duration", "8s", "--loads", "2"}
+	out, _, err := runLab(t, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(out)
+	if !strings.Contains(out, "cohorts") || !strings.Contains(out, "independent") {
+		t.Fatalf("the comparison shows no cohorts and independent rows:\n%s", out)
+	}
+	if strings.Contains(out, "| no") {
+		t.Log("a variant missed its bounds; once more")
+		again, _, err := runLab(t, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Log(again)
+		if strings.Contains(again, "| no") {
+			t.Errorf("the lab's call graph is outside its bounds twice")
+		}
+	}
+}
