@@ -143,7 +143,6 @@ type controller struct {
 	window, maxWindow    time.Duration
 	minSamples           int
 	minRTT               *limit.MinRTT
-	noise                *limit.MinRTT // the window median's sampling error without a queue
 	slowStart            time.Duration
 	slowUntil            time.Time
 	slowDone             bool
@@ -160,7 +159,7 @@ func newController(c AdaptiveConfig) *controller {
 	return &controller{
 		algo: c.Algorithm, min: c.MinLimit, max: c.MaxLimit,
 		window: c.Window, maxWindow: c.MaxWindow, minSamples: c.MinSamples,
-		minRTT: limit.NewMinRTT(c.MinRTTWindows), noise: limit.NewMinNoise(c.MinRTTWindows), slowStart: c.SlowStart, tolerance: c.Tolerance,
+		minRTT: limit.NewMinRTT(c.MinRTTWindows), slowStart: c.SlowStart, tolerance: c.Tolerance,
 		rtts: make([]time.Duration, 0, 64),
 	}
 }
@@ -215,7 +214,6 @@ func (c *controller) sample(now time.Time, rtt time.Duration, o Outcome, cur flo
 		if len(c.rtts) > 0 {
 			slices.Sort(c.rtts)
 			w.RTT = c.rtts[len(c.rtts)/2]
-			w.RTTNoise = c.noise.Observe(limit.MedianNoise(c.rtts))
 			// The no-load estimate is the lowest window median seen lately, not the lowest
 			// sample: algorithms compare it with a window median, and a backend whose service
 			// time varies (a slow tail, a normal spread) has a low percentile well below its

@@ -174,26 +174,18 @@ func TestGradient(t *testing.T) {
 	})
 	t.Run("sidecar", func(t *testing.T) {
 		a := newAlg(t, NewGradient, DefaultGradient())
-		// Sidecar: buffer 5% plus three times the median's noise, +0.5 headroom while growing,
-		// drain to the served concurrency.
-		noisy := func(rtt, noise time.Duration, inflight int) Window {
-			w := win(rtt, m, inflight)
-			w.RTTNoise = noise
-			return w
-		}
-		l1 := 8*1.05 + 0.5
-		l2 := l1*24.0/22 + 0.5
-		l3 := l2 * 20 / 22
-		l4 := l3 / 1.3
+		// Sidecar: buffer 25%, +0.5 headroom while growing, drain to the served concurrency.
+		l1 := 8*1.25 + 0.5
+		l2 := l1*1.25/1.05 + 0.5
+		l3 := l2 / 1.3
 		runSteps(t, a, 8, []step{
-			{"unloaded: x1.05 + 0.5", win(m, m, 8), l1},
-			{"RTT +10% within 5% + 3 x 1 ms of noise: x 24/22 + 0.5", noisy(22*ms, ms, 9), l2},
-			{"the same RTT without noise: drain x 20/22", win(22*ms, m, 10), l3},
-			{"RTT +30%: drain to the served concurrency L/1.3", win(26*ms, m, 12), l4},
-			{"RTT 10x: drain clamped at 0.5", win(10*m, m, 7), l4 / 2},
-			{"app-limited: no increase", win(m, m, 1), l4 / 2},
-			{"a drop: x0.9", Window{Samples: 10, Dropped: 1, RTT: m, MinRTT: m, MaxInFlight: 4}, l4 / 2 * 0.9},
-			{"MinRTT unknown: hold", win(m, 0, 4), l4 / 2 * 0.9},
+			{"unloaded: x1.25 + 0.5", win(m, m, 8), l1},
+			{"RTT within the buffer: x 1.25/1.05 + 0.5", win(21*ms, m, 10), l2},
+			{"RTT +30%: drain to the served concurrency L/1.3", win(26*ms, m, 12), l3},
+			{"RTT 10x: drain clamped at 0.5", win(10*m, m, 7), l3 / 2},
+			{"app-limited: no increase", win(m, m, 1), l3 / 2},
+			{"a drop: x0.9", Window{Samples: 10, Dropped: 1, RTT: m, MinRTT: m, MaxInFlight: 4}, l3 / 2 * 0.9},
+			{"MinRTT unknown: hold", win(m, 0, 4), l3 / 2 * 0.9},
 		})
 	})
 	t.Run("sidecar drain floored at what the window served", func(t *testing.T) {
@@ -201,18 +193,14 @@ func TestGradient(t *testing.T) {
 		// Recorded at 3x on 8 workers x 20 ms: the limit had reached 13, the window's median
 		// (35.2 ms) still held requests admitted under a higher limit, and 40 completions in
 		// 104.3 ms at a MinRTT of 20.6 ms say the backend served 7.9 at once.
-		// (The median here is raised to 40 ms so that L x MinRTT/RTT lands below the floor.) The
-		// floor is the served concurrency less the buffer (5%): landing a little below what the
-		// backend served empties its queue, so the next window shows the no-load latency and
-		// MinRTT does not creep up with a queue that never drains.
-		w := Window{Samples: 40, RTT: 40 * ms, MinRTT: 20600 * time.Microsecond, MaxInFlight: 13, Duration: 104300 * time.Microsecond}
-		served := 40 / 0.1043 * 0.0206 / 1.05
+		w := Window{Samples: 40, RTT: 35200 * time.Microsecond, MinRTT: 20600 * time.Microsecond, MaxInFlight: 13, Duration: 104300 * time.Microsecond}
+		served := 40 / 0.1043 * 0.0206
 		if got := a.Update(13, w); math.Abs(got-served) > 1e-9 {
-			t.Errorf("drain: %v, want the served less 5%% %v (L x MinRTT/RTT alone is %v)", got, served, 13*20.6/40)
+			t.Errorf("drain: %v, want the served %v (L x MinRTT/RTT alone is %v)", got, served, 13*20.6/35.2)
 		}
 		// Without a duration the window says nothing about throughput: L x MinRTT/RTT.
 		w.Duration = 0
-		if got, want := a.Update(13, w), 13*20.6/40; math.Abs(got-want) > 1e-9 {
+		if got, want := a.Update(13, w), 13*20.6/35.2; math.Abs(got-want) > 1e-9 {
 			t.Errorf("no duration: %v, want %v", got, want)
 		}
 		// The floor never raises the limit: more served than the limit (a window that spans a

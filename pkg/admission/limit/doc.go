@@ -50,9 +50,7 @@
 //	gradient2  dropBackoff         1 (ignored)          0.9            an overloaded backend may refuse fast
 //	gradient   sqrtHeadroom        1                    0              1.25W + sqrt is +65% latency on 8
 //	                                                                   workers, and a queue that never empties
-//	gradient   buffer              0.25                 0.05 + 3 noise 25% is a standing queue of W/4; the
-//	                                                                   median's noise keeps a spread backend up
-//	gradient   headroom            0                    0.5            cross the allowance every few windows
+//	gradient   headroom            0                    0.5            cross the 25% allowance every few windows
 //	                                                                   and drain, rather than rest on it
 //	gradient   drain               off                  on             decrease to L x MinRTT/RTT, not to the
 //	                                                                   allowance: empties the queue

@@ -20,10 +20,6 @@ import "math"
 //     resting on it, which keeps the min-RTT estimate honest. The buffer stays at Envoy's 25%:
 //     a smaller one (10% was tried) sits inside the noise of a window's median on a backend
 //     whose service time varies or a node that is busy, and the limit then drains to its floor.
-//     Since issue 35 the allowance is MinRTT x 1.05 plus three times the window median's own
-//     sampling error when nothing queues (NoiseBuffer x Window.RTTNoise): a constant-time
-//     backend gets about 5% (a limit near W, the wait queue hands freed slots over), one whose
-//     service time spreads as much room as its medians wander (no drain to the floor).
 //   - Drain: when the RTT exceeds the allowance (gradient < 1), the limit becomes the
 //     concurrency the backend actually serves, L x MinRTT/RTT (Little's law), without buffer
 //     or headroom; growth keeps Envoy's formula. Envoy's decrease lands at (1+Buffer) x W plus
@@ -41,13 +37,8 @@ import "math"
 //     Envoy looks at latency only; an overloaded backend that refuses fast lowers the RTT,
 //     which would otherwise raise the limit.
 type Gradient struct {
-	// Buffer is the latency allowance over MinRTT, a fraction. Field 0.25, sidecar 0.05 (with
-	// NoiseBuffer: a fixed 25% is the setpoint of a standing queue of a quarter of the backend's
-	// workers, which the sidecar's wait queue makes unnecessary).
+	// Buffer is the latency allowance over MinRTT, a fraction. Field and sidecar 0.25.
 	Buffer float64 `yaml:"buffer" json:"buffer"`
-	// NoiseBuffer widens the allowance by this many times the window median's sampling error
-	// (Window.RTTNoise): MinRTT x (1+Buffer) + NoiseBuffer x RTTNoise. Field 0, sidecar 3.
-	NoiseBuffer float64 `yaml:"noiseBuffer" json:"noiseBuffer"`
 	// MinGradient and MaxGradient clamp the gradient. Field and sidecar 0.5 and 2.
 	MinGradient float64 `yaml:"minGradient" json:"minGradient"`
 	MaxGradient float64 `yaml:"maxGradient" json:"maxGradient"`
@@ -68,7 +59,7 @@ type Gradient struct {
 
 // DefaultGradient returns the sidecar defaults.
 func DefaultGradient() Gradient {
-	return Gradient{Buffer: 0.05, NoiseBuffer: 3, MinGradient: 0.5, MaxGradient: 2, Headroom: 0.5, Drain: true, HoldWhenAppLimited: true, DropBackoff: 0.9}
+	return Gradient{Buffer: 0.25, MinGradient: 0.5, MaxGradient: 2, Headroom: 0.5, Drain: true, HoldWhenAppLimited: true, DropBackoff: 0.9}
 }
 
 // FieldGradient returns Envoy's defaults: buffer 25%, gradient in [0.5, 2], sqrt headroom,
@@ -81,7 +72,6 @@ func FieldGradient() Gradient {
 func (c Gradient) Validate() error {
 	var errs fieldErrors
 	errs.checkRange("gradient.buffer", c.Buffer, 0, 10)
-	errs.checkRange("gradient.noiseBuffer", c.NoiseBuffer, 0, 100)
 	errs.checkFraction("gradient.minGradient", c.MinGradient, true)
 	errs.checkRange("gradient.maxGradient", c.MaxGradient, 1, 10)
 	errs.checkRange("gradient.sqrtHeadroom", c.SqrtHeadroom, 0, 100)
@@ -111,16 +101,13 @@ func (g *gradient) Update(limit float64, w Window) float64 {
 	if !ok {
 		return limit
 	}
-	allowance := minRTT*(1+g.c.Buffer) + g.c.NoiseBuffer*w.RTTNoise.Seconds()
-	grad := math.Min(math.Max(allowance/rtt, g.c.MinGradient), g.c.MaxGradient)
+	grad := math.Min(math.Max(minRTT*(1+g.c.Buffer)/rtt, g.c.MinGradient), g.c.MaxGradient)
 	if g.c.Drain && grad < 1 {
 		next := limit * math.Max(minRTT/rtt, g.c.MinGradient)
 		// The window's RTT lags the limit (it holds requests admitted under a higher one), so
-		// L x MinRTT/RTT can land below what the upstream serves; never drain below that, less
-		// the buffer: landing exactly on it keeps a queue of a fraction of a request inside the
-		// upstream, its latency creeps into MinRTT window by window and the limit with it.
+		// L x MinRTT/RTT can land below what the upstream serves; never drain below that.
 		if served, ok := w.served(minRTT); ok {
-			next = math.Max(next, math.Min(served/(1+g.c.Buffer), limit))
+			next = math.Max(next, math.Min(served, limit))
 		}
 		return next
 	}
