@@ -7,6 +7,8 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/loadshed/loadshed/internal/config"
@@ -17,7 +19,8 @@ import (
 // upstream directly ("direct": what the proxy's own cost is measured from) and the standard
 // library's reverse proxy set up as cmd/plainproxy is, the bench's plain proxy ("plainproxy").
 // The proxy's own allocations per request are a sub-benchmark's allocs/op minus direct's.
-// adaptive-orca against adaptive is what a load report costs per answer.
+// adaptive-orca against adaptive is what a load report costs per answer, inflight-cohorts
+// against inflight what a rank costs per request.
 func BenchmarkProxyRoundTrip(b *testing.B) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") }))
 	defer up.Close()
@@ -50,7 +53,14 @@ func BenchmarkProxyRoundTrip(b *testing.B) {
 		roundTrips(b, front.URL+"/")
 	})
 	// adaptive-orca: adaptive with an ORCA load report on every answer (loadReports.orca).
+	// inflight-cohorts: inflight with cohorts, the requests untrusted (a random rank and the
+	// baggage member added to every forwarded request, the entry sidecar's work).
+	secret := filepath.Join(b.TempDir(), "cohort.key")
+	if err := os.WriteFile(secret, []byte("a benchmark's cohort secret, 32B"), 0o600); err != nil {
+		b.Fatal(err)
+	}
 	for _, c := range [][2]string{{"none", "{strategy: none}"}, {"inflight", "{strategy: inflight, inflight: {limit: 1000}}"},
+		{"inflight-cohorts", "{strategy: inflight, inflight: {limit: 1000}, cohorts: {secretFile: " + secret + "}}"},
 		{"adaptive", "{strategy: adaptive}"}, {"adaptive-orca", "{strategy: adaptive}\nloadReports: {orca: true}"}} {
 		name, adm := c[0], c[1]
 		cfg, err := config.Parse([]byte("upstream: " + up.URL + "\nadmission: " + adm + "\n"))
