@@ -204,17 +204,24 @@ func memberOf(m string) (string, bool) {
 	return strings.Trim(v, " \t"), true
 }
 
+// maxVerified bounds the loadshed-rank members of one baggage that are verified (two HMACs
+// each): a trusted frontend may forward a client's baggage, and thousands of forged members
+// must not cost thousands of HMACs.
+const maxVerified = 2
+
 // trustedRank is the rank a trusted sender's baggage carries: its first loadshed-rank member
-// that verifies.
+// that verifies, among the first maxVerified.
 func (r *ranker) trustedRank(b string, period uint64) (rank int, ok bool) {
 	if len(b) > maxBaggageBytes {
 		return 0, false
 	}
+	seen := 0
 	eachMember(b, func(m string) bool {
 		if v, ours := memberOf(m); ours {
+			seen++
 			rank, ok = r.verify(period, v)
 		}
-		return !ok
+		return !ok && seen < maxVerified
 	})
 	return rank, ok
 }

@@ -407,3 +407,24 @@ func TestCohortReasonStatus(t *testing.T) {
 		t.Fatalf("reason cohort: index %d, status %v, grpc %v", i, st.status, st.grpc)
 	}
 }
+
+// TestForgedMembersCostAtMostTwoVerifications: a trusted sender's baggage is read for at most
+// maxVerified loadshed-rank members, so a client's thousands of forged members that a trusted
+// frontend passes on cost two verifications, not thousands; a valid member among the first two
+// is honoured, one behind them is not.
+func TestForgedMembersCostAtMostTwoVerifications(t *testing.T) {
+	r := &ranker{secret: []byte(secretA), count: 128, rotate: 3600}
+	const period = 7
+	valid := r.member(period, 42)
+	forged := BaggageMember + "=1.0123456789abcdef"
+	if rank, ok := r.trustedRank(forged+","+valid, period); !ok || rank != 42 {
+		t.Fatalf("valid member second: rank %d, %v; want 42", rank, ok)
+	}
+	if _, ok := r.trustedRank(forged+","+forged+","+valid, period); ok {
+		t.Fatal("a valid member behind two forged ones was verified: forged members are not bounded")
+	}
+	many := strings.Repeat(forged+",", 3000) + valid
+	if _, ok := r.trustedRank(many, period); ok {
+		t.Fatal("a valid member behind 3000 forged ones was verified")
+	}
+}
