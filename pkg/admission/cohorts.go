@@ -25,7 +25,7 @@ const (
 	// queue is kept busy only while some of what passes finds it full. Measured in the
 	// deterministic simulation of TestCohortsTradeOff (four services of 4 workers): at 5x, 0.10
 	// keeps 0.83 C busy, 0.20 keeps 0.91 C; at 2x across four services the end-to-end success
-	// stays 0.85x of the least-served leg's share.
+	// stays 0.84x of the least-served leg's share.
 	DefaultCohortRoomShare    = 0.2
 	DefaultCohortWaitFraction = 1.5
 	DefaultCohortMaxWait      = 100 * time.Millisecond

@@ -363,6 +363,23 @@ func TestCohortsTradeOff(t *testing.T) {
 		t.Logf("share %.2f: 5x goodput/C %.3f (admitted p99 %v); 2x x4 end-to-end %.3f = %.2f x least leg %.3f, wasted %.3f",
 			share, goodput[share], one.p99(), e2e, e2e/least, least, wasted)
 	}
+	// The room's size against the tail: one service without the slow tail at 5x.
+	type point struct {
+		goodput float64
+		p99     time.Duration
+	}
+	room := map[float64]point{}
+	for _, wf := range []float64{0.5, DefaultCohortWaitFraction} {
+		g := newGraphSim(t, 7, 1, true, CohortOptions{WaitFraction: wf})
+		g.services[0].svc = noTail
+		g.run(constant(5*200), allCritical, 30*time.Second, 5*time.Second)
+		_, served, _ := g.shares()
+		room[wf] = point{served * 5, g.p99()}
+		t.Logf("waitFraction %.1f, no tail, 5x: goodput/C %.3f, admitted p99 %v", wf, served*5, g.p99())
+	}
+	if small, dflt := room[0.5], room[DefaultCohortWaitFraction]; small.p99 >= dflt.p99 || small.goodput >= dflt.goodput {
+		t.Errorf("a smaller room (%+v) should cost goodput and shorten the tail against the default (%+v)", small, dflt)
+	}
 	if goodput[0.2] < 0.9 {
 		t.Errorf("5x with the default share keeps %.3f C busy, want >= 0.9", goodput[0.2])
 	}
