@@ -398,7 +398,7 @@ func predict(sc Scenario, st Strategy, effective float64) (CompareRow, error) {
 		dst   *Summary
 	}{{1 - BandSpeed, &band.Slow}, {1 + BandSpeed, &band.Fast}} {
 		bsc := sc
-		bsc.Speed = b.speed * speedOf(sc)
+		bsc.Speed = b.speed * speedOf(sc.Speed)
 		br, err := Run(bsc, st, RunOptions{})
 		if err != nil {
 			return CompareRow{}, err
@@ -409,11 +409,12 @@ func predict(sc Scenario, st Strategy, effective float64) (CompareRow, error) {
 	return row, nil
 }
 
-func speedOf(sc Scenario) float64 {
-	if sc.Speed == 0 {
+// speedOf is a scenario's Speed, 0 meaning 1.
+func speedOf(speed float64) float64 {
+	if speed == 0 {
 		return 1
 	}
-	return sc.Speed
+	return speed
 }
 
 // nearCapacity reports whether a run's admitted rate is within NearCapacity of capacity or

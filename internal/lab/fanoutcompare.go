@@ -226,7 +226,7 @@ func predictFanout(sc FanoutScenario) (FanoutRow, error) {
 		dst   *FanoutResult
 	}{{1 - BandSpeed, &band.Slow}, {1 + BandSpeed, &band.Fast}} {
 		bsc := sc
-		bsc.Speed = b.speed * speedOfFanout(sc)
+		bsc.Speed = b.speed * speedOf(sc.Speed)
 		br, err := RunFanout(bsc)
 		if err != nil {
 			return FanoutRow{}, err
@@ -235,13 +235,6 @@ func predictFanout(sc FanoutScenario) (FanoutRow, error) {
 	}
 	row.Band = &band
 	return row, nil
-}
-
-func speedOfFanout(sc FanoutScenario) float64 {
-	if sc.Speed == 0 {
-		return 1
-	}
-	return sc.Speed
 }
 
 // A share figure of a call graph: end-to-end success, a service's leg share, the least leg share
