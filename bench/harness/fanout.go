@@ -76,9 +76,7 @@ type FanoutConfig struct {
 	ClientTimeout, CallTimeout, SLO time.Duration
 	// Cohorts is the cohorts block of every sidecar with cohorts on, without secretFile (YAML
 	// flow mapping entries), e.g. "key: traceparent, count: 128, rotate: 1h".
-	Cohorts string
-	// CohortCount is the count in Cohorts (the number of ranks per priority class).
-	CohortCount int
+	Cohorts     string
 	Repeats     int
 	Quick       bool
 	CommandLine string
@@ -96,7 +94,7 @@ func DefaultFanoutConfig() FanoutConfig {
 		Warmup: 5 * time.Second, Duration: 15 * time.Second, StepBefore: 8 * time.Second, StepAfter: 15 * time.Second,
 		SampleEvery:   250 * time.Millisecond,
 		ClientTimeout: 3 * time.Second, CallTimeout: 2 * time.Second, SLO: time.Second,
-		Cohorts: "key: traceparent, count: 128, rotate: 1h", CohortCount: 128,
+		Cohorts: "key: traceparent, count: 128, rotate: 1h",
 		Repeats: 1,
 	}
 }
@@ -139,9 +137,6 @@ func (c FanoutConfig) Validate() error {
 	}
 	if strings.Contains(c.Cohorts, "secretFile") || strings.ContainsAny(c.Cohorts, "{}\n") {
 		bad("Cohorts: flow mapping entries without braces and without secretFile, got %q", c.Cohorts)
-	}
-	if c.CohortCount < 2 {
-		bad("CohortCount: must be at least 2, got %d", c.CohortCount)
 	}
 	if c.Repeats < 1 {
 		bad("Repeats: must be at least 1, got %d", c.Repeats)

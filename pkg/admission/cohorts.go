@@ -203,16 +203,10 @@ func CohortsOf(c Core) *Cohorts {
 	return x
 }
 
-// Inner returns the strategy behind the cohort stage.
-func (c *Cohorts) Inner() Core { return c.inner }
-
 // Level returns the admission level now. It is safe for concurrent use.
 func (c *Cohorts) Level() CohortLevel {
 	return c.levelOf(int(c.level.Load()))
 }
-
-// Ranks is the number of ranks per priority class.
-func (c *Cohorts) Ranks() int { return c.o.Ranks }
 
 func (c *Cohorts) levelOf(i int) CohortLevel {
 	return CohortLevel{Priority: Priority(i / c.o.Ranks), Rank: i % c.o.Ranks}
