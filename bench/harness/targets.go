@@ -324,8 +324,15 @@ func loadshedConfig(s *Strategy, l Limits, ep endpoints) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("loadshed/%s: admission block: %w", s.Name, err)
 	}
-	return fmt.Sprintf("listen: %q\nupstream: %q\nadminListen: %q\nupstreamTimeout: 30s\n", ep.Listen, ep.UpstreamURL, ep.Admin) + string(block), nil
+	return fmt.Sprintf("listen: %q\nupstream: %q\nadminListen: %q\nupstreamTimeout: 30s\nserver: {maxConnections: %d}\n", ep.Listen, ep.UpstreamURL, ep.Admin, BenchMaxConnections) + string(block), nil
 }
+
+// BenchMaxConnections is every loadshed target's connection cap (server.maxConnections). k6
+// holds a connection per VU, and an open-model point needs thousands of VUs (about 1.4 x the
+// rate: 2,760 at 2,000 rps); at the default cap of 1,024 the sidecar would close an idle one
+// for every new one, and the client would reconnect for most requests, a cost in CPU and
+// latency on both sides that the peers, which have no cap, do not pay.
+const BenchMaxConnections = 8192
 
 // settingsOf is an admission block's settings for the report: every key but the strategy, each
 // on one line in the config file's flow style ("boundedQueue: {concurrency: 4, depth: 6, maxWait:

@@ -40,6 +40,12 @@ type AdaptiveQueue struct {
 	DepthPerLimit float64  `yaml:"depthPerLimit"`
 	MaxWait       Duration `yaml:"maxWait"`
 	WaitPerRTT    float64  `yaml:"waitPerRTT"`
+	// Lead: a request in flight for the latency expected less Lead is about to finish and
+	// lets the next one in, lending its slot once (admission.AdaptiveConfig.Lead). 0 (the
+	// default): off. 500us, with the gradient's low-tail settings, is measured in
+	// docs/benchmarks.md ("The adaptive tail"): a sidecar's loopback hop and the wake-ups of
+	// two processes on a busy node take some hundreds of microseconds.
+	Lead Duration `yaml:"lead"`
 	// Order is fifo, lifo (newest first, within a priority level), or empty: lifo for the queue
 	// that follows the limit, fifo for a fixed Depth.
 	Order string `yaml:"order"`
@@ -96,7 +102,7 @@ func (a *Adaptive) core(algo limit.Algorithm, prio admission.PriorityConfig) adm
 		Algorithm: algo, InitialLimit: a.InitialLimit, MinLimit: a.MinLimit, MaxLimit: a.MaxLimit,
 		SlowStart: a.SlowStart.D(), Window: a.Window.D(), Tolerance: a.Tolerance.D(),
 		QueueDepth: a.Queue.Depth, QueuePerLimit: a.Queue.DepthPerLimit, MaxWait: a.Queue.MaxWait.D(),
-		WaitPerRTT: a.Queue.WaitPerRTT, QueueLIFO: a.Queue.lifo(), Priorities: prio,
+		WaitPerRTT: a.Queue.WaitPerRTT, Lead: a.Queue.Lead.D(), QueueLIFO: a.Queue.lifo(), Priorities: prio,
 	}
 }
 

@@ -56,7 +56,18 @@ type AdaptiveConfig struct {
 	// order serves every waiter; under a heavy one the queue is always full, and newest-first
 	// admits requests that have barely waited while the oldest reach their bound and are
 	// refused, instead of making every admitted request pay the whole wait.
-	QueueLIFO  bool
+	QueueLIFO bool
+	// Lead hands a slot over just before it frees: a request in flight for the latency the
+	// last window measured less Lead (and less than twice that latency) is about to finish, and
+	// lends its slot once to a request admitted in its place; at most a quarter of the limit is
+	// lent at once, and the lead is at most a twentieth of that latency. The request then
+	// reaches the upstream as the slot frees instead of setting out only then, so the limit can
+	// sit at the upstream's own concurrency without a worker idling for the hop after each
+	// completion, and without a queue inside the upstream to hide that hop. It should be about
+	// the hop: a sidecar's loopback hop and the two processes' wake-ups, some hundreds of
+	// microseconds; a lead much longer than the hop makes the lent requests wait inside the
+	// upstream. Zero: off.
+	Lead       time.Duration
 	Priorities PriorityConfig
 }
 
@@ -109,6 +120,9 @@ func (c AdaptiveConfig) Validate() error {
 	if !(c.QueuePerLimit >= 0 && c.QueuePerLimit <= 100) {
 		errs.add("queue.depthPerLimit", "must be between 0 and 100, got %v", c.QueuePerLimit)
 	}
+	if c.Lead < 0 || c.Lead > time.Second {
+		errs.add("queue.lead", "must be between 0 and 1s, got %s", c.Lead)
+	}
 	if !(c.WaitPerRTT >= 0 && c.WaitPerRTT <= 100) {
 		errs.add("queue.waitPerRTT", "must be between 0 and 100, got %v", c.WaitPerRTT)
 	}
@@ -127,7 +141,7 @@ func NewAdaptive(c AdaptiveConfig) (Core, error) {
 	c.defaults()
 	return &semaphore{
 		name: "adaptive", limit: c.InitialLimit, depth: c.QueueDepth, maxWait: c.MaxWait,
-		depthPerLimit: c.QueuePerLimit, waitPerRTT: c.WaitPerRTT, lifo: c.QueueLIFO,
+		depthPerLimit: c.QueuePerLimit, waitPerRTT: c.WaitPerRTT, lifo: c.QueueLIFO, lead: c.Lead,
 		prio: c.Priorities, adapt: newController(c),
 	}, nil
 }
@@ -143,6 +157,7 @@ type controller struct {
 	window, maxWindow    time.Duration
 	minSamples           int
 	minRTT               *limit.MinRTT
+	noise                *limit.MinRTT // the window median's sampling error without a queue
 	slowStart            time.Duration
 	slowUntil            time.Time
 	slowDone             bool
@@ -159,7 +174,7 @@ func newController(c AdaptiveConfig) *controller {
 	return &controller{
 		algo: c.Algorithm, min: c.MinLimit, max: c.MaxLimit,
 		window: c.Window, maxWindow: c.MaxWindow, minSamples: c.MinSamples,
-		minRTT: limit.NewMinRTT(c.MinRTTWindows), slowStart: c.SlowStart, tolerance: c.Tolerance,
+		minRTT: limit.NewMinRTT(c.MinRTTWindows), noise: limit.NewMinNoise(c.MinRTTWindows), slowStart: c.SlowStart, tolerance: c.Tolerance,
 		rtts: make([]time.Duration, 0, 64),
 	}
 }
@@ -214,6 +229,7 @@ func (c *controller) sample(now time.Time, rtt time.Duration, o Outcome, cur flo
 		if len(c.rtts) > 0 {
 			slices.Sort(c.rtts)
 			w.RTT = c.rtts[len(c.rtts)/2]
+			w.RTTNoise = c.noise.Observe(limit.MedianNoise(c.rtts))
 			// The no-load estimate is the lowest window median seen lately, not the lowest
 			// sample: algorithms compare it with a window median, and a backend whose service
 			// time varies (a slow tail, a normal spread) has a low percentile well below its

@@ -619,3 +619,84 @@ func TestAdaptiveFractionalPermitWakesAWaiter(t *testing.T) {
 		t.Fatalf("waiter %v when the credit returned, want admitted", c.State())
 	}
 }
+
+// The lead: a request in flight for the expected latency less the lead lends its slot once to a
+// waiter, which then reaches the upstream as the slot frees; at most an eighth of the permits
+// (at least one) are lent at once, the lent slot returns when its lender is released, and a
+// request overdue by more than the expected latency (a slow one) lends nothing.
+func TestAdaptiveLeadLendsASlotAboutToFree(t *testing.T) {
+	const lead = 500 * time.Microsecond
+	core := must(admission.NewAdaptive(admission.AdaptiveConfig{
+		Algorithm:    &recorder{next: func(cur float64, w limit.Window) float64 { return cur }},
+		InitialLimit: 8, MinLimit: 1, MaxLimit: 16, Window: 100 * time.Millisecond, MinSamples: 1,
+		QueueDepth: 8, MaxWait: 10 * time.Second, Lead: lead,
+	}))
+	var ev admission.Events
+	offer := func(now time.Time) *admission.Ticket {
+		tk := &admission.Ticket{}
+		tk.Reset(admission.Request{}, now)
+		core.Offer(now, tk, &ev)
+		return tk
+	}
+	// A window of 20 ms exchanges teaches the expected latency.
+	drive(core, t0, 8, 20*time.Millisecond, admission.Success)
+	drive(core, t0.Add(100*time.Millisecond), 1, 20*time.Millisecond, admission.Success)
+	if st := core.Stats(t0); st.MinRTT != 20*time.Millisecond {
+		t.Fatalf("MinRTT %v, want 20ms", st.MinRTT)
+	}
+	at := t0.Add(time.Second)
+	var held []*admission.Ticket
+	for range 8 {
+		held = append(held, offer(at))
+	}
+	w1 := offer(at)
+	if w1.State() != admission.Pending {
+		t.Fatalf("ninth request %v, want pending at the limit", w1.State())
+	}
+	due := at.Add(20*time.Millisecond - lead)
+	if w := core.Wake(); !w.Equal(due) {
+		t.Fatalf("Wake at %v, want %v (the oldest request about to finish)", w.Sub(at), due.Sub(at))
+	}
+	core.Advance(due.Add(-time.Microsecond), &ev)
+	if w1.State() != admission.Pending {
+		t.Fatal("admitted before a slot was about to free")
+	}
+	core.Advance(due, &ev)
+	if w1.State() != admission.Admitted || core.Stats(due).InFlight != 9 {
+		t.Fatalf("waiter %v with %d in flight, want admitted on a lent slot, 9 in flight", w1.State(), core.Stats(due).InFlight)
+	}
+	// One slot lent is the most on 8 permits: the next waiter waits though seven more are due.
+	w2 := offer(due)
+	if w2.State() != admission.Pending {
+		t.Fatalf("second waiter %v, want pending (one lent slot at most on 8 permits)", w2.State())
+	}
+	// The lender finishes: its slot is the borrower's already, and lending is free again for the
+	// next request about to finish.
+	end := at.Add(20 * time.Millisecond)
+	core.Release(end, held[0], admission.Success, &ev)
+	if w2.State() != admission.Admitted || core.Stats(end).InFlight != 9 {
+		t.Fatalf("second waiter %v with %d in flight, want admitted on the next lent slot, 9 in flight", w2.State(), core.Stats(end).InFlight)
+	}
+	for _, tk := range append(held[1:], w1, w2) {
+		core.Release(end.Add(20*time.Millisecond), tk, admission.Success, &ev)
+	}
+	// Eight requests far past their expected finish (slow ones) lend nothing.
+	late := end.Add(time.Second)
+	held = held[:0]
+	for range 8 {
+		held = append(held, offer(late))
+	}
+	slow := late.Add(45 * time.Millisecond) // 25 ms past the expected finish, more than 20 ms
+	w3 := offer(slow)
+	core.Advance(slow, &ev)
+	if w3.State() != admission.Pending {
+		t.Fatalf("waiter %v behind slow requests, want pending", w3.State())
+	}
+	for _, tk := range held {
+		core.Release(slow.Add(time.Millisecond), tk, admission.Success, &ev)
+	}
+	if w3.State() != admission.Admitted {
+		t.Fatalf("waiter %v after the releases, want admitted", w3.State())
+	}
+	core.Release(slow.Add(20*time.Millisecond), w3, admission.Success, &ev)
+}

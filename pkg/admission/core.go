@@ -106,6 +106,10 @@ type Ticket struct {
 
 	state Verdict
 	cost  int64 // effective cost, clamped to the strategy's capacity
+	// adaptive lead: when this request in flight is expected to finish, and whether it let
+	// another in just before that
+	finish time.Time
+	lent   bool
 
 	// wait-queue links and expiry-heap index; start is the leaky bucket's scheduled start.
 	prev, next *Ticket

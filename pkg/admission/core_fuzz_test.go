@@ -19,7 +19,8 @@ package admission
 //     fractional part lends while that part's credit lasts), or else the admitted ticket is
 //     covered by the priority reservation and the reserved cost in flight is within
 //     floor(reserved x permits). Requests that are not covered never hold more than the permits
-//     at their admission. (A limit that shrinks later may leave more in flight than the new
+//     at their admission. With a lead, the permits lent by requests about to finish count too
+//     (at most an eighth of the permits, at least one). (A limit that shrinks later may leave more in flight than the new
 //     limit; that is allowed and drains as permits are released.)
 //   - Queue: its cost equals the cost of the pending tickets and, counting each waiter as at
 //     most the depth (a request heavier than the whole queue waits alone), never exceeds the
@@ -84,6 +85,7 @@ func (f *fuzzBytes) adaptive() AdaptiveConfig {
 		Algorithm: algo, MinLimit: lo, MaxLimit: hi, InitialLimit: lo + float64(f.intn(0, int(hi-lo))),
 		SlowStart: f.ms(0, 1) * 500, Window: f.ms(1, 100), MaxWindow: time.Second, MinSamples: f.intn(1, 10),
 		QueueDepth: int64(f.intn(0, 8)), MaxWait: f.ms(1, 100), Priorities: f.priorities(),
+		Lead: f.ms(0, 2) / 4,
 	}
 }
 
@@ -200,8 +202,11 @@ func (c *checked) admissions(now time.Time, admitted []*Ticket, ev *Events, n in
 	if !ok || len(admitted) == 0 {
 		return
 	}
-	p := s.allowed()
+	p := s.allowed() + s.lentOut
 	reserve := int64(math.Floor(s.prio.Reserved * float64(s.permits())))
+	if s.lentOut > max(s.permits()/8, 1) || s.lentOut < 0 {
+		c.h.fail("%s: %d lent with %d permits", s.name, s.lentOut, s.permits())
+	}
 	plain := false
 	for _, t := range admitted {
 		plain = plain || !s.important(t)
@@ -542,6 +547,7 @@ func (h *harness) checkCore(c Core, tickets []*Ticket, st Stats) {
 			h.fail("%s: %d waiting (cost %d) over depth %d", s.name, pending, queued, s.depth)
 		}
 		h.checkQueueLinks(s, tickets)
+		h.checkFlight(s, tickets)
 		if s.adapt != nil && (st.Limit < st.LimitFloor || st.Limit > st.LimitCeiling || math.IsNaN(st.Limit)) {
 			h.fail("%s: limit %v outside [%v, %v]", s.name, st.Limit, st.LimitFloor, st.LimitCeiling)
 		}
@@ -571,6 +577,36 @@ func (h *harness) checkCore(c Core, tickets []*Ticket, st Stats) {
 }
 
 // checkQueueLinks walks a semaphore's wait lists and expiry heap.
+// checkFlight: with a lead, the in-flight list holds exactly the admitted tickets, oldest
+// first, and the lent cost is that of the admitted lenders.
+func (h *harness) checkFlight(s *semaphore, tickets []*Ticket) {
+	if s.lead <= 0 {
+		return
+	}
+	in := map[*Ticket]bool{}
+	var prev *Ticket
+	var lent int64
+	for t := s.flightHead; t != nil; t = t.next {
+		if t.prev != prev || in[t] || t.state != Admitted || (prev != nil && t.Granted.Before(prev.Granted)) {
+			h.fail("%s: in-flight list is broken", s.name)
+			return
+		}
+		in[t] = true
+		if t.lent {
+			lent += t.cost
+		}
+		prev = t
+	}
+	if s.flightTail != prev || lent != s.lentOut {
+		h.fail("%s: in-flight list tail or lent cost %d (list %d) is wrong", s.name, s.lentOut, lent)
+	}
+	for _, t := range tickets {
+		if t.state == Admitted && !in[t] {
+			h.fail("%s: an admitted ticket is not in the in-flight list", s.name)
+		}
+	}
+}
+
 func (h *harness) checkQueueLinks(s *semaphore, tickets []*Ticket) {
 	in := map[*Ticket]bool{}
 	for p := range s.q.heads {

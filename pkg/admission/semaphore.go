@@ -130,6 +130,14 @@ type semaphore struct {
 	// crosses a second proxy (Envoy's ext_proc stream) idles a worker only the other half.
 	partCredit float64   // nanoseconds
 	partAt     time.Time // when partCredit was last brought up to date
+
+	// lead (adaptive only, 0 when unused) hands a freed slot over before it frees: see
+	// AdaptiveConfig.LeadPerRTT. The requests in flight are linked oldest first through their
+	// wait-queue links (unused once admitted), so the ones about to finish are found from the
+	// head.
+	lead                   time.Duration
+	flightHead, flightTail *Ticket
+	lentOut                int64 // cost lent by requests in flight that are about to finish
 }
 
 func (s *semaphore) Name() string { return s.name }
@@ -204,6 +212,12 @@ func (s *semaphore) fits(t *Ticket) bool {
 }
 
 func (s *semaphore) take(now time.Time, t *Ticket) {
+	var after time.Time // the lenders' expected finish, when t takes slots they lend
+	if s.lead > 0 && !s.fits(t) {
+		if need := s.over(t); need > 0 {
+			after, _ = s.lend(now, need, true)
+		}
+	}
 	s.inUse += t.cost
 	if s.important(t) {
 		s.importants += t.cost
@@ -212,6 +226,135 @@ func (s *semaphore) take(now time.Time, t *Ticket) {
 	if s.adapt != nil {
 		s.adapt.inflight(s.inUse)
 	}
+	if s.lead > 0 {
+		// Expected to finish one latency after it starts: now, or when the slot it takes frees.
+		t.finish = later(now, after).Add(s.expected())
+		t.prev, t.next = s.flightTail, nil
+		if s.flightTail != nil {
+			s.flightTail.next = t
+		} else {
+			s.flightHead = t
+		}
+		s.flightTail = t
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// unlinkFlight takes a released ticket out of the in-flight list.
+func (s *semaphore) unlinkFlight(t *Ticket) {
+	if t.prev != nil {
+		t.prev.next = t.next
+	} else if s.flightHead == t {
+		s.flightHead = t.next
+	}
+	if t.next != nil {
+		t.next.prev = t.prev
+	} else if s.flightTail == t {
+		s.flightTail = t.prev
+	}
+	t.prev, t.next = nil, nil
+}
+
+// maxLeadScan bounds how many requests in flight the lead looks at: the oldest ones, where a
+// few slow requests may sit for a long time before the ones about to finish.
+const maxLeadScan = 64
+
+// maxLeadShare: the lead is at most this fraction of the latency expected (1/20), so that an
+// upstream that answers in a millisecond or two is not sent requests it cannot start yet.
+const maxLeadShare = 20
+
+// expected is the latency a request admitted now is expected to take once it starts: the last
+// window's median, not the no-load estimate, since with a queue inside the upstream requests
+// take longer than that (0: unknown).
+func (s *semaphore) expected() time.Duration {
+	if s.lead <= 0 || s.adapt == nil {
+		return 0
+	}
+	return max(s.adapt.minRTT.Value(), s.adapt.lastRTT)
+}
+
+// lend finds requests in flight about to finish that may lend their slots now: expected to
+// finish within the lead (at most a twentieth of the latency expected) and not overdue by more
+// than that latency (an older one is a slow request, which says nothing about when it ends),
+// that have not lent yet, while what is lent stays within an eighth of the permits (at least
+// one). It returns the latest expected finish among them and their cost; with mark, they are
+// marked as lenders until need units are lent.
+//
+// Each request lends its slot once, to one request admitted in its place just before it
+// finishes; the lent units return when the lender is released. The borrower is expected to
+// finish one latency after its lender, so a chain of borrowers does not drift ahead of the
+// upstream. So the slot a finishing request leaves is taken by a request that reaches the
+// upstream as it frees, instead of one that sets out only then.
+func (s *semaphore) lend(now time.Time, need int64, mark bool) (time.Time, int64) {
+	m := s.expected()
+	if m <= 0 || s.part() > 0 {
+		// (A fractional limit is on the move: the algorithm is probing above the upstream's
+		// concurrency or following a spread service time, and completions are not due when
+		// the latency says.)
+		return time.Time{}, 0
+	}
+	lead := min(s.lead, m/maxLeadShare)
+	room := max(s.permits()/8, 1) - s.lentOut
+	var n int64
+	var last time.Time
+	i := 0
+	for t := s.flightHead; t != nil && i < maxLeadScan && n < room && (!mark || n < need); t, i = t.next, i+1 {
+		if t.lent || t.finish.Sub(now) > lead || now.Sub(t.finish) > m || n+t.cost > room {
+			continue
+		}
+		n += t.cost
+		last = later(last, t.finish)
+		if mark {
+			t.lent = true
+			s.lentOut += t.cost
+		}
+	}
+	return last, n
+}
+
+// leadReady is when the next request in flight not yet about to finish at now will be, or
+// zero.
+func (s *semaphore) leadReady(now time.Time) time.Time {
+	m := s.expected()
+	if m <= 0 || s.part() > 0 || s.lentOut >= max(s.permits()/8, 1) {
+		return time.Time{}
+	}
+	lead := min(s.lead, m/maxLeadShare)
+	var next time.Time
+	i := 0
+	for t := s.flightHead; t != nil && i < maxLeadScan; t, i = t.next, i+1 {
+		if at := t.finish.Add(-lead); !t.lent && at.After(now) {
+			next = earliest(next, at)
+		}
+	}
+	return next
+}
+
+// over is how many cost units beyond what is allowed and lent admitting t would take.
+func (s *semaphore) over(t *Ticket) int64 {
+	return s.inUse + t.cost - s.allowed() - s.lentOut
+}
+
+// fitsNow reports whether t may take permits now: fits, or within slots about to free.
+func (s *semaphore) fitsNow(now time.Time, t *Ticket) bool {
+	if s.fits(t) {
+		return true
+	}
+	if s.lead <= 0 {
+		return false
+	}
+	need := s.over(t)
+	if need <= 0 {
+		return true
+	}
+	_, n := s.lend(now, need, false)
+	return n >= need
 }
 
 func (s *semaphore) Offer(now time.Time, t *Ticket, ev *Events) Verdict {
@@ -225,7 +368,7 @@ func (s *semaphore) Offer(now time.Time, t *Ticket, ev *Events) Verdict {
 		// Slow start: grow on demand rather than shed while the limit is still being found.
 		s.limit = s.adapt.grow(now, s.limit, float64(s.inUse+t.cost))
 	}
-	free := s.fits(t) && s.aheadOf(t)
+	free := s.aheadOf(t) && s.fitsNow(now, t)
 	if d := t.Req.Deadline; !d.IsZero() && s.meanHold > 0 {
 		// Refuse at once a request that cannot finish in time: its expected wait plus service.
 		expect := s.meanHold
@@ -305,6 +448,12 @@ func (s *semaphore) retryAfter() time.Duration {
 
 func (s *semaphore) Release(now time.Time, t *Ticket, o Outcome, ev *Events) {
 	s.accrue(now)
+	if s.lead > 0 {
+		s.unlinkFlight(t)
+		if t.lent {
+			s.lentOut -= t.cost
+		}
+	}
 	s.inUse -= t.cost
 	if s.important(t) {
 		s.importants -= t.cost
@@ -347,7 +496,7 @@ func (s *semaphore) grant(now time.Time, ev *Events) {
 			s.q.cost -= h.cost - p
 			h.cost = p
 		}
-		if !s.fits(h) {
+		if !s.fitsNow(now, h) {
 			return
 		}
 		if s.codel != nil {
@@ -383,8 +532,10 @@ func (s *semaphore) Wake() time.Time {
 		w = earliest(w, s.codel.wake(&s.q))
 	}
 	if s.q.len() > 0 {
-		// A waiter may take the permit beyond the whole ones when its credit returns.
+		// A waiter may take the permit beyond the whole ones when its credit returns, or a
+		// slot that is about to free.
 		w = earliest(w, s.partReady())
+		w = earliest(w, s.leadReady(s.partAt))
 	}
 	return w
 }

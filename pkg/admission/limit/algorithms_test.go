@@ -1,6 +1,7 @@
 package limit
 
 import (
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -186,6 +187,57 @@ func TestGradient(t *testing.T) {
 			{"app-limited: no increase", win(m, m, 1), l3 / 2},
 			{"a drop: x0.9", Window{Samples: 10, Dropped: 1, RTT: m, MinRTT: m, MaxInFlight: 4}, l3 / 2 * 0.9},
 			{"MinRTT unknown: hold", win(m, 0, 4), l3 / 2 * 0.9},
+		})
+	})
+	t.Run("low-tail settings rest at the knee and probe above it", func(t *testing.T) {
+		a := newAlg(t, NewGradient, TailGradient())
+		// 8 workers x 20 ms behind a limit of 10 with requests waiting: 40 completions in 100 ms
+		// at MinRTT 20 ms served 8 at once; RTT 25 ms.
+		knee := Window{Samples: 40, RTT: 25 * ms, MinRTT: m, MaxInFlight: 10, Backlog: 3, Duration: 100 * ms}
+		clean := Window{Samples: 40, RTT: m, MinRTT: m, MaxInFlight: 8, Backlog: 3, Duration: 100 * ms}
+		steps := []step{{"the knee: land on the served 8", knee, 8}}
+		for i := range 20 {
+			steps = append(steps, step{fmt.Sprintf("rest %d of 20", i+1), clean, 8})
+		}
+		// The probe: +0.5 (headroom), then a window to let it act, then judged by what was served.
+		steps = append(steps, step{"probe +0.5", clean, 8.5}, step{"let the step act", clean, 8.5},
+			step{"served 8 again, not half the step more: back to 8", clean, 8})
+		for i := range 40 {
+			steps = append(steps, step{fmt.Sprintf("rest %d of 40 (doubled)", i+1), clean, 8})
+		}
+		more := clean
+		more.Samples, more.MaxInFlight = 42, 9 // served 8.4: a step of 0.5 used
+		more2 := more
+		more2.Samples = 44
+		steps = append(steps, step{"probe +0.5", clean, 8.5}, step{"let the step act", more, 8.5},
+			step{"served 8.4: the knee moved, grow x1.05 + 0.5", more, 8.5*1.05 + 0.5},
+			step{"let the step act", more2, 8.5*1.05 + 0.5})
+		runSteps(t, a, 10, steps)
+		if g := a.(*gradient); g.rest != TailGradient().Hold {
+			t.Errorf("after a used step the next rest is %d windows, want %d", g.rest, TailGradient().Hold)
+		}
+	})
+	t.Run("low-tail settings without steady medians never rest", func(t *testing.T) {
+		a := newAlg(t, NewGradient, TailGradient())
+		// A spread service time: the medians' noise (3 x 1 ms) is over the 5% buffer (1 ms).
+		knee := Window{Samples: 40, RTT: 30 * ms, RTTNoise: ms, MinRTT: m, MaxInFlight: 10, Backlog: 3, Duration: 100 * ms}
+		clean := knee
+		clean.RTT = m
+		grown := 8*(1.05+0.15) + 0.5
+		runSteps(t, a, 10, []step{
+			{"drain to the served 8, no rounding, no rest", knee, 8},
+			{"grow at once: x (1.05 + 3 x 5%) + 0.5", clean, grown},
+			{"and again", clean, grown*1.2 + 0.5},
+		})
+	})
+	t.Run("low-tail settings: a window spanning idle time does not rest", func(t *testing.T) {
+		a := newAlg(t, NewGradient, TailGradient())
+		// Traffic resumes after a pause: the window held 10 in flight but served 2 at once over
+		// its whole span, and its first requests were slow.
+		w := Window{Samples: 20, RTT: 30 * ms, MinRTT: m, MaxInFlight: 10, Backlog: 3, Duration: 200 * ms}
+		runSteps(t, a, 10, []step{
+			{"drain by latency", w, 10 * 20.0 / 30},
+			{"and grow next window", Window{Samples: 40, RTT: m, MinRTT: m, MaxInFlight: 7, Backlog: 3, Duration: 100 * ms}, 10*20.0/30*1.05 + 0.5},
 		})
 	})
 	t.Run("sidecar drain floored at what the window served", func(t *testing.T) {

@@ -12,14 +12,26 @@ import "math"
 // Sidecar departures (FieldGradient keeps Envoy's values):
 //   - MinRTT comes from the probe-free estimator instead of Envoy's probe windows, which pin the
 //     limit at 3 until 50 samples arrive and shed traffic every interval.
-//   - SqrtHeadroom 1 -> 0, Headroom 0 -> 0.5; Buffer stays 25%. In a saturated backend of W
-//     workers Envoy's limit settles at 1.25W + sqrt(1.25W): 13 on 8 workers (+65% latency), 7
-//     on 4 (+75%), always holding a queue inside the backend. Without the sqrt term growth
-//     stops where the RTT reaches 1.25 x MinRTT; the small constant headroom keeps pushing just
-//     past that point, so the limit crosses it and drains (below) every few windows instead of
-//     resting on it, which keeps the min-RTT estimate honest. The buffer stays at Envoy's 25%:
-//     a smaller one (10% was tried) sits inside the noise of a window's median on a backend
-//     whose service time varies or a node that is busy, and the limit then drains to its floor.
+//   - SqrtHeadroom 1 -> 0, Headroom 0 -> 0.5. Buffer stays 25%; the low-tail settings
+//     (TailGradient, opt in) make it 5% plus three times the window median's own sampling
+//     error when nothing queues (NoiseBuffer x Window.RTTNoise). In a
+//     saturated backend of W workers Envoy's limit settles at 1.25W + sqrt(1.25W): 13 on 8
+//     workers (+65% latency), 7 on 4 (+75%), always holding a queue inside the backend; a fixed
+//     25% buffer without the sqrt term still settles at 1.25 W, a standing queue of W/4. The
+//     sidecar needs no queue inside the backend to keep it busy (its wait queue and the lead
+//     hand freed slots over, admission.AdaptiveConfig.Lead), so the allowance only has to
+//     cover the noise: about 5% on a constant-time backend, as much as the medians wander on
+//     one whose service time spreads (a smaller fixed buffer, 10% was tried before the noise
+//     term, drained such a backend's limit to its floor).
+//   - Hold and HoldMax (low-tail settings 20 and 100 windows; 0 in the defaults): where the medians are steady enough to see
+//     one request queued at the knee (the noise term within the buffer) and requests wait for
+//     the limit, a drain lands on the served concurrency rounded to a whole number and the
+//     limit rests there; then it probes Headroom above it, lets the step act for a window and
+//     keeps it only if the upstream served at least half the step more; a failed probe lands
+//     back and doubles the rest. Growing from the knee every window put the limit a step above
+//     it every other window, and each request admitted then waits inside the upstream for the
+//     next completion (a whole service time when a constant-time backend's workers finish
+//     together), which was most of the admitted p99 at 2x and 5x.
 //   - Drain: when the RTT exceeds the allowance (gradient < 1), the limit becomes the
 //     concurrency the backend actually serves, L x MinRTT/RTT (Little's law), without buffer
 //     or headroom; growth keeps Envoy's formula. Envoy's decrease lands at (1+Buffer) x W plus
@@ -37,8 +49,14 @@ import "math"
 //     Envoy looks at latency only; an overloaded backend that refuses fast lowers the RTT,
 //     which would otherwise raise the limit.
 type Gradient struct {
-	// Buffer is the latency allowance over MinRTT, a fraction. Field and sidecar 0.25.
+	// Buffer is the latency allowance over MinRTT, a fraction. Field and sidecar 0.25; the
+	// low-tail settings 0.05 (with NoiseBuffer: a fixed 25% is the setpoint of a standing queue
+	// of a quarter of the backend's workers, which the wait queue and its lead make unnecessary).
 	Buffer float64 `yaml:"buffer" json:"buffer"`
+	// NoiseBuffer widens the allowance by this many times the window median's sampling error
+	// (Window.RTTNoise): MinRTT x (1+Buffer) + NoiseBuffer x RTTNoise. Field and sidecar 0,
+	// low-tail settings 3.
+	NoiseBuffer float64 `yaml:"noiseBuffer" json:"noiseBuffer"`
 	// MinGradient and MaxGradient clamp the gradient. Field and sidecar 0.5 and 2.
 	MinGradient float64 `yaml:"minGradient" json:"minGradient"`
 	MaxGradient float64 `yaml:"maxGradient" json:"maxGradient"`
@@ -49,6 +67,16 @@ type Gradient struct {
 	// Drain sets the limit to L x MinRTT/RTT (not below MinGradient x L) when the gradient is
 	// below 1. Field false, sidecar true.
 	Drain bool `yaml:"drain" json:"drain"`
+	// Hold is how many windows the limit rests where a drain at the knee landed before it
+	// probes above it (only where the medians are steady enough to see one queued request,
+	// and requests were waiting for the limit). A drop in capacity is still followed at once
+	// (a drain is never held back). A probe that fails doubles the next rest, up to HoldMax
+	// windows; one that is used brings it back to Hold and the limit grows every other window
+	// while the latency stays clean. So at a steady knee the limit probes above it once every
+	// HoldMax windows (10 s). 0 disables resting. Field and sidecar 0 and 0, low-tail settings
+	// 20 and 100.
+	Hold    int `yaml:"hold" json:"hold"`
+	HoldMax int `yaml:"holdMax" json:"holdMax"`
 	// HoldWhenAppLimited forbids increases in windows where MaxInFlight*2 < L. Field false,
 	// sidecar true.
 	HoldWhenAppLimited bool `yaml:"holdWhenAppLimited" json:"holdWhenAppLimited"`
@@ -62,6 +90,17 @@ func DefaultGradient() Gradient {
 	return Gradient{Buffer: 0.25, MinGradient: 0.5, MaxGradient: 2, Headroom: 0.5, Drain: true, HoldWhenAppLimited: true, DropBackoff: 0.9}
 }
 
+// TailGradient returns the sidecar defaults with the low-tail settings (issue 35, opt in):
+// buffer 5% plus three times the medians' noise, rest 20 windows at the knee, probe at most
+// every 100. Together with the adaptive queue's lead (queue.lead) they hold the admitted p99
+// near 1.3-1.5x the unloaded one where the defaults reach 1.7-2x, for about one point of
+// goodput against Envoy's adaptive_concurrency (docs/benchmarks.md, "The adaptive tail").
+func TailGradient() Gradient {
+	g := DefaultGradient()
+	g.Buffer, g.NoiseBuffer, g.Hold, g.HoldMax = 0.05, 3, 20, 100
+	return g
+}
+
 // FieldGradient returns Envoy's defaults: buffer 25%, gradient in [0.5, 2], sqrt headroom,
 // drops ignored, no drain, no app-limited hold.
 func FieldGradient() Gradient {
@@ -72,11 +111,18 @@ func FieldGradient() Gradient {
 func (c Gradient) Validate() error {
 	var errs fieldErrors
 	errs.checkRange("gradient.buffer", c.Buffer, 0, 10)
+	errs.checkRange("gradient.noiseBuffer", c.NoiseBuffer, 0, 100)
 	errs.checkFraction("gradient.minGradient", c.MinGradient, true)
 	errs.checkRange("gradient.maxGradient", c.MaxGradient, 1, 10)
 	errs.checkRange("gradient.sqrtHeadroom", c.SqrtHeadroom, 0, 100)
 	errs.checkRange("gradient.headroom", c.Headroom, 0, 1e6)
 	errs.checkFraction("gradient.dropBackoff", c.DropBackoff, true)
+	if c.Hold < 0 || c.Hold > 1000 {
+		errs.add("gradient.hold", "must be between 0 and 1000 windows, got %d", c.Hold)
+	}
+	if c.HoldMax < c.Hold || c.HoldMax > 1000 {
+		errs.add("gradient.holdMax", "must be between hold (%d) and 1000 windows, got %d", c.Hold, c.HoldMax)
+	}
 	return errs.err()
 }
 
@@ -88,9 +134,38 @@ func NewGradient(c Gradient) (Algorithm, error) {
 	return &gradient{c: c}, nil
 }
 
-type gradient struct{ c Gradient }
+type gradient struct {
+	c       Gradient
+	hold    int  // windows left before the limit may grow again
+	rest    int  // how long the next rest after a drain lasts (Hold, doubled per failed probe)
+	probing bool // the limit grew in the last window or two: a drain now ends a failed probe
+	rested  bool // the last window ended a rest: the next step up is a probe of Headroom
+	// from is the limit before the last step up and before the concurrency served then (0:
+	// unknown).
+	from, before float64
+}
 
 func (g *gradient) Name() string { return NameGradient }
+
+// landed ends a drain or a failed probe at next (at least floor), on a whole number: a
+// fractional part above the upstream's workers lends one request more a share of the time, and
+// that request waits inside the upstream for the next completion (with a constant service
+// time, for a whole service time when the workers finish together). The limit then rests there,
+// twice as long as last time when a step up just failed.
+func (g *gradient) landed(next, floor float64) float64 {
+	next = math.Max(next, floor)
+	g.rest = max(g.rest, g.c.Hold)
+	if g.probing {
+		// A step up failed: the knee is no higher than where it started.
+		next = math.Min(next, g.from)
+		g.rest = min(2*g.rest, g.c.HoldMax)
+	}
+	// Rounded to the nearest: one request too many queues inside the upstream and the next
+	// window drains it, one too few idles a worker until the next probe.
+	next = math.Max(math.Round(next), 1)
+	g.hold, g.probing = g.rest, false
+	return next
+}
 
 func (g *gradient) Update(limit float64, w Window) float64 {
 	limit = sanitize(limit)
@@ -101,20 +176,72 @@ func (g *gradient) Update(limit float64, w Window) float64 {
 	if !ok {
 		return limit
 	}
-	grad := math.Min(math.Max(minRTT*(1+g.c.Buffer)/rtt, g.c.MinGradient), g.c.MaxGradient)
+	noise := g.c.NoiseBuffer * w.RTTNoise.Seconds()
+	allowance := minRTT*(1+g.c.Buffer) + noise
+	grad := math.Min(math.Max(allowance/rtt, g.c.MinGradient), g.c.MaxGradient)
+	// Precise: the window medians are steady enough (their noise allowance within the buffer)
+	// to see a single request queued at the knee, so the limit can rest there (Hold). A spread
+	// service time hides that request in the noise; the limit then moves every window.
+	precise := g.c.Hold > 0 && noise <= g.c.Buffer*minRTT
+	if !precise {
+		g.hold, g.probing, g.rested = 0, false, false
+	}
 	if g.c.Drain && grad < 1 {
 		next := limit * math.Max(minRTT/rtt, g.c.MinGradient)
 		// The window's RTT lags the limit (it holds requests admitted under a higher one), so
 		// L x MinRTT/RTT can land below what the upstream serves; never drain below that.
-		if served, ok := w.served(minRTT); ok {
+		served, ok := w.served(minRTT)
+		if ok {
 			next = math.Max(next, math.Min(served, limit))
 		}
+		if precise && w.Backlog > 0 && ok && served >= 0.75*float64(w.MaxInFlight) {
+			// Requests were waiting for the limit and the upstream served about what was in
+			// flight: the drain found the knee. (Without a backlog, a slower window is the
+			// upstream's or the node's own doing; and a window that served much less than it
+			// held in flight spans idle time, after which the first requests are slow for
+			// reasons of their own. The limit then follows without resting.)
+			return g.landed(next, next)
+		}
+		g.hold, g.probing, g.rested = 0, false, false
 		return next
+	}
+	if g.hold > 0 {
+		// Resting where the drain landed: no queue inside the upstream, and no probe above it
+		// for a while.
+		g.hold--
+		g.rested = !g.probing
+		return limit
+	}
+	if g.probing {
+		if served, ok := w.served(minRTT); ok && g.before > 0 && w.Backlog > 0 && served < g.before+(limit-g.from)/2 {
+			// The step up left the latency clean but was not used: the upstream served less
+			// than half the step more than before it (a constant-time upstream whose workers
+			// finish together queues the extra request for a whole service time without moving
+			// the median much). The knee is where it was.
+			return g.landed(g.from, g.from)
+		}
+		// The last step up left the latency clean and was used: the knee has moved up; probe
+		// at the shortest rest again.
+		g.rest = g.c.Hold
 	}
 	l := limit * grad
 	next := math.Min(l+g.c.SqrtHeadroom*math.Sqrt(l)+g.c.Headroom, MaxValue)
 	if g.c.HoldWhenAppLimited && w.appLimited(limit) {
 		return math.Min(next, limit)
+	}
+	if g.rested {
+		// The first step after a rest is the smallest, Headroom: the knee is most likely where
+		// the limit rests, and every request admitted above it waits inside the upstream.
+		next = math.Min(next, limit+g.c.Headroom)
+		g.rested = false
+	}
+	if precise && next > limit {
+		// A window mostly times requests admitted before it began: judge a step up by the
+		// window after it before taking the next, against what was served before it.
+		g.hold, g.probing, g.from, g.before = 1, true, limit, 0
+		if served, ok := w.served(minRTT); ok {
+			g.before = served
+		}
 	}
 	return next
 }

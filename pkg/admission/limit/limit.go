@@ -10,13 +10,31 @@ import (
 
 // Window summarises the samples of one update interval, gathered by the enforcing limiter.
 type Window struct {
-	Samples     int           // successful samples (RTT measured)
-	Dropped     int           // overload signals: 429, 5xx, timeouts, connection failures
-	RTT         time.Duration // the window's latency statistic: p50 of the successful samples' RTT (0 if none)
+	Samples int           // successful samples (RTT measured)
+	Dropped int           // overload signals: 429, 5xx, timeouts, connection failures
+	RTT     time.Duration // the window's latency statistic: p50 of the successful samples' RTT (0 if none)
+	// RTTNoise is the sampling error of RTT: the standard error of a median of Samples samples
+	// spread as this window's were (from their interquartile range), 0 if unknown. A window's
+	// median wanders by about this much with no queue at all; a constant-time backend has
+	// almost none, one whose service time spreads has a lot.
+	RTTNoise    time.Duration
 	MinRTT      time.Duration // the no-load latency estimate from the MinRTT estimator (0 if unknown yet)
 	MaxInFlight int           // the most requests in flight at once during the window
 	Backlog     int           // requests waiting in the limiter's own queue at the window's end
 	Duration    time.Duration // how long the window lasted (0 if unknown)
+}
+
+// MedianNoise estimates the standard error of the median of sorted (ascending) samples from
+// their interquartile range: for a normal spread sigma = IQR/1.349 and the median's standard
+// error is 1.2533 sigma/sqrt(n). The interquartile range ignores a slow tail of a few per cent,
+// which moves the median by at most a rank or two. Fewer than 4 samples: 0 (unknown).
+func MedianNoise(sorted []time.Duration) time.Duration {
+	n := len(sorted)
+	if n < 4 {
+		return 0
+	}
+	iqr := float64(sorted[(3*n)/4] - sorted[n/4])
+	return time.Duration(1.2533 * iqr / 1.349 / math.Sqrt(float64(n)))
 }
 
 // served is the concurrency the upstream actually served during the window by Little's law:

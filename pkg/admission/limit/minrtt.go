@@ -35,16 +35,25 @@ const DefaultMinRTTWindows = 100
 // concurrent use; the enforcing limiter calls it under its own lock. The zero value and a nil
 // pointer are unusable for Observe but report Value 0.
 type MinRTT struct {
-	ring []time.Duration // 0 marks an empty slot
-	next int             // slot the next Observe writes
-	min  time.Duration   // current estimate over non-empty slots, 0 if none
+	floor time.Duration   // a value below it is an empty slot (MinMeaningfulRTT)
+	ring  []time.Duration // 0 marks an empty slot
+	next  int             // slot the next Observe writes
+	min   time.Duration   // current estimate over non-empty slots, 0 if none
 	// sorted is scratch space for the percentile.
 	sorted []time.Duration
 }
 
 // NewMinRTT returns an estimator spanning the last windows windows (at least 1).
 func NewMinRTT(windows int) *MinRTT {
-	return &MinRTT{ring: make([]time.Duration, max(windows, 1))}
+	return &MinRTT{floor: MinMeaningfulRTT, ring: make([]time.Duration, max(windows, 1))}
+}
+
+// NewMinNoise returns the same estimator for the windows' RTTNoise (MedianNoise of each window's
+// samples): the low percentile of the recent windows' noise is the noise of a window median
+// without a queue (a queue that comes and goes within a window widens its spread). Any
+// positive value counts; 0 is an empty slot.
+func NewMinNoise(windows int) *MinRTT {
+	return &MinRTT{floor: 1, ring: make([]time.Duration, max(windows, 1))}
 }
 
 // Observe takes one window's low statistic and returns the estimate including it.
@@ -52,7 +61,7 @@ func (m *MinRTT) Observe(low time.Duration) time.Duration {
 	if m == nil || len(m.ring) == 0 {
 		return 0
 	}
-	if low < MinMeaningfulRTT {
+	if low < m.floor {
 		low = 0
 	}
 	m.ring[m.next] = low

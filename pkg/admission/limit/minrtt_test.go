@@ -108,3 +108,28 @@ func TestMinRTTMatchesBruteForce(t *testing.T) {
 		}
 	}
 }
+
+// MedianNoise reads the median's standard error from the interquartile range: samples spread
+// evenly over 16..24 ms (IQR 4 ms) of 64 give 1.2533 x 4/1.349/8 ms; a constant backend none.
+func TestMedianNoise(t *testing.T) {
+	s := make([]time.Duration, 64)
+	for i := range s {
+		s[i] = 16*time.Millisecond + time.Duration(i)*8*time.Millisecond/64
+	}
+	iqr := float64(s[48] - s[16])
+	if got, want := MedianNoise(s), time.Duration(1.2533*iqr/1.349/8); got != want {
+		t.Errorf("spread: %v, want %v", got, want)
+	}
+	c := []time.Duration{20 * time.Millisecond, 20 * time.Millisecond, 20 * time.Millisecond, 20 * time.Millisecond, 900 * time.Millisecond}
+	if got := MedianNoise(c); got != 0 {
+		t.Errorf("constant with one slow sample: %v, want 0", got)
+	}
+	if got := MedianNoise(s[:3]); got != 0 {
+		t.Errorf("3 samples: %v, want 0 (unknown)", got)
+	}
+	// The noise estimator keeps values below MinMeaningfulRTT, unlike MinRTT.
+	n := NewMinNoise(10)
+	if got := n.Observe(50 * time.Microsecond); got != 50*time.Microsecond {
+		t.Errorf("NewMinNoise dropped a small value: %v", got)
+	}
+}
