@@ -584,12 +584,7 @@ func TestAdaptiveFractionalPermitWakesAWaiter(t *testing.T) {
 		InitialLimit: 1.5, MinLimit: 1, MaxLimit: 4, QueueDepth: 4, MaxWait: 10 * time.Second,
 	}))
 	var ev admission.Events
-	offer := func(now time.Time) *admission.Ticket {
-		tk := &admission.Ticket{}
-		tk.Reset(admission.Request{}, now)
-		core.Offer(now, tk, &ev)
-		return tk
-	}
+	offer := offerer(core, &ev)
 	// One request of 40 ms teaches the mean hold, which bounds the credit.
 	warm := offer(t0)
 	core.Release(t0.Add(40*time.Millisecond), warm, admission.Success, &ev)
@@ -632,12 +627,7 @@ func TestAdaptiveLeadLendsASlotAboutToFree(t *testing.T) {
 		QueueDepth: 8, MaxWait: 10 * time.Second, Lead: lead,
 	}))
 	var ev admission.Events
-	offer := func(now time.Time) *admission.Ticket {
-		tk := &admission.Ticket{}
-		tk.Reset(admission.Request{}, now)
-		core.Offer(now, tk, &ev)
-		return tk
-	}
+	offer := offerer(core, &ev)
 	// A window of 20 ms exchanges teaches the expected latency.
 	drive(core, t0, 8, 20*time.Millisecond, admission.Success)
 	drive(core, t0.Add(100*time.Millisecond), 1, 20*time.Millisecond, admission.Success)
@@ -699,4 +689,14 @@ func TestAdaptiveLeadLendsASlotAboutToFree(t *testing.T) {
 		t.Fatalf("waiter %v after the releases, want admitted", w3.State())
 	}
 	core.Release(slow.Add(20*time.Millisecond), w3, admission.Success, &ev)
+}
+
+// offerer returns a function that offers a fresh ticket on core at a time and returns it.
+func offerer(core admission.Core, ev *admission.Events) func(time.Time) *admission.Ticket {
+	return func(now time.Time) *admission.Ticket {
+		tk := &admission.Ticket{}
+		tk.Reset(admission.Request{}, now)
+		core.Offer(now, tk, ev)
+		return tk
+	}
 }
