@@ -204,7 +204,7 @@ func (c *checked) admissions(now time.Time, admitted []*Ticket, ev *Events, n in
 	}
 	p := s.allowed() + s.lentOut
 	reserve := int64(math.Floor(s.prio.Reserved * float64(s.permits())))
-	if s.lentOut > max(s.permits()/8, 1) || s.lentOut < 0 {
+	if s.lentOut > s.lendRoom() || s.lentOut < 0 {
 		c.h.fail("%s: %d lent with %d permits", s.name, s.lentOut, s.permits())
 	}
 	plain := false

@@ -132,7 +132,7 @@ type semaphore struct {
 	partAt     time.Time // when partCredit was last brought up to date
 
 	// lead (adaptive only, 0 when unused) hands a freed slot over before it frees: see
-	// AdaptiveConfig.LeadPerRTT. The requests in flight are linked oldest first through their
+	// AdaptiveConfig.Lead. The requests in flight are linked oldest first through their
 	// wait-queue links (unused once admitted), so the ones about to finish are found from the
 	// head.
 	lead                   time.Duration
@@ -300,7 +300,7 @@ func (s *semaphore) lend(now time.Time, need int64, mark bool) (time.Time, int64
 		return time.Time{}, 0
 	}
 	lead := min(s.lead, m/maxLeadShare)
-	room := max(s.permits()/8, 1) - s.lentOut
+	room := s.lendRoom() - s.lentOut
 	var n int64
 	var last time.Time
 	i := 0
@@ -322,7 +322,7 @@ func (s *semaphore) lend(now time.Time, need int64, mark bool) (time.Time, int64
 // zero.
 func (s *semaphore) leadReady(now time.Time) time.Time {
 	m := s.expected()
-	if m <= 0 || s.part() > 0 || s.lentOut >= max(s.permits()/8, 1) {
+	if m <= 0 || s.part() > 0 || s.lentOut >= s.lendRoom() {
 		return time.Time{}
 	}
 	lead := min(s.lead, m/maxLeadShare)
@@ -335,6 +335,9 @@ func (s *semaphore) leadReady(now time.Time) time.Time {
 	}
 	return next
 }
+
+// lendRoom is the most cost that may be lent at once: an eighth of the permits, at least one.
+func (s *semaphore) lendRoom() int64 { return max(s.permits()/8, 1) }
 
 // over is how many cost units beyond what is allowed and lent admitting t would take.
 func (s *semaphore) over(t *Ticket) int64 {
