@@ -57,16 +57,18 @@ type AdaptiveConfig struct {
 	// admits requests that have barely waited while the oldest reach their bound and are
 	// refused, instead of making every admitted request pay the whole wait.
 	QueueLIFO bool
-	// Lead hands a slot over just before it frees: a request in flight for the latency the
-	// last window measured less Lead (and less than twice that latency) is about to finish, and
-	// lends its slot once to a request admitted in its place; at most a quarter of the limit is
-	// lent at once, and the lead is at most a twentieth of that latency. The request then
-	// reaches the upstream as the slot frees instead of setting out only then, so the limit can
-	// sit at the upstream's own concurrency without a worker idling for the hop after each
-	// completion, and without a queue inside the upstream to hide that hop. It should be about
-	// the hop: a sidecar's loopback hop and the two processes' wake-ups, some hundreds of
-	// microseconds; a lead much longer than the hop makes the lent requests wait inside the
-	// upstream. Zero: off.
+	// Lead hands a slot over just before it frees: a request in flight that is expected to
+	// finish within Lead (it set out, or the request that lent it a slot was expected to
+	// finish, one expected latency ago: the larger of the no-load estimate and the last
+	// window's median), and is not overdue by more than that latency, lends its slot once to a
+	// request admitted in its place; at most an eighth of the limit (at least one) is lent at
+	// once, never while the limit is fractional, and the lead is at most a twentieth of the
+	// expected latency. The request then reaches the upstream as the slot frees instead of
+	// setting out only then, so the limit can sit at the upstream's own concurrency without a
+	// worker idling for the hop after each completion, and without a queue inside the upstream
+	// to hide that hop. It should be about the hop: a sidecar's loopback hop and the two
+	// processes' wake-ups, some hundreds of microseconds; a lead much longer than the hop makes
+	// the lent requests wait inside the upstream. Zero: off.
 	Lead       time.Duration
 	Priorities PriorityConfig
 }

@@ -199,23 +199,88 @@ func TestGradient(t *testing.T) {
 		for i := range 20 {
 			steps = append(steps, step{fmt.Sprintf("rest %d of 20", i+1), clean, 8})
 		}
-		// The probe: +0.5 (headroom), then a window to let it act, then judged by what was served.
-		steps = append(steps, step{"probe +0.5", clean, 8.5}, step{"let the step act", clean, 8.5},
+		// The probe: one more (headroom 0.5, in whole steps), then a window to let it act, then
+		// judged by what was served.
+		steps = append(steps, step{"probe +1", clean, 9}, step{"let the step act", clean, 9},
 			step{"served 8 again, not half the step more: back to 8", clean, 8})
 		for i := range 40 {
 			steps = append(steps, step{fmt.Sprintf("rest %d of 40 (doubled)", i+1), clean, 8})
 		}
 		more := clean
-		more.Samples, more.MaxInFlight = 42, 9 // served 8.4: a step of 0.5 used
+		more.Samples, more.MaxInFlight = 44, 9 // served 8.8: a step of 1 used
 		more2 := more
-		more2.Samples = 44
-		steps = append(steps, step{"probe +0.5", clean, 8.5}, step{"let the step act", more, 8.5},
-			step{"served 8.4: the knee moved, grow x1.05 + 0.5", more, 8.5*1.05 + 0.5},
-			step{"let the step act", more2, 8.5*1.05 + 0.5})
+		more2.Samples = 48
+		steps = append(steps, step{"probe +1", clean, 9}, step{"let the step act", more, 9},
+			step{"served 8.8: the knee moved, grow x1.05 + 0.5, whole", more, math.Round(9*1.05 + 0.5)},
+			step{"let the step act", more2, 10})
 		runSteps(t, a, 10, steps)
 		if g := a.(*gradient); g.rest != TailGradient().Hold {
 			t.Errorf("after a used step the next rest is %d windows, want %d", g.rest, TailGradient().Hold)
 		}
+	})
+	t.Run("low-tail settings: a slow window below the knee returns to it", func(t *testing.T) {
+		a := newAlg(t, NewGradient, TailGradient())
+		at := func(l float64, rtt time.Duration) Window {
+			// 8 workers x 20 ms behind a limit of l with requests waiting.
+			return Window{Samples: int(math.Min(l, 8) * 5), RTT: rtt, MinRTT: m, MaxInFlight: int(l), Backlog: 3, Duration: 100 * ms}
+		}
+		steps := []step{{"the knee: land on the served 8", at(10, 25*ms), 8}}
+		for range 20 {
+			steps = append(steps, step{"rest", at(8, m), 8})
+		}
+		steps = append(steps, step{"probe +1", at(8, m), 9}, step{"let it act", at(9, m), 9},
+			step{"unused: back to 8, the knee", at(9, m), 8},
+			// Recorded at 5x on a busy node: one window 7% slow (the node stalled), served 7.2.
+			step{"one slow window: drain to 7", Window{Samples: 36, RTT: 21400 * time.Microsecond, MinRTT: m, MaxInFlight: 8, Backlog: 2, Duration: 100 * ms}, 7},
+			step{"rest a window", at(7, m), 7},
+			step{"back to the knee", at(7, m), 8})
+		for i := range 40 {
+			steps = append(steps, step{fmt.Sprintf("rest %d of 40 at the knee", i+1), at(8, m), 8})
+		}
+		runSteps(t, a, 10, steps)
+
+		// A worker fewer: the return to the knee drains again, and the knee is forgotten.
+		b := newAlg(t, NewGradient, TailGradient())
+		seven := func(l float64) Window {
+			// 7 workers: above 7 the requests queue, the median by l/7.
+			return Window{Samples: int(math.Min(l, 7) * 5), RTT: time.Duration(float64(m) * math.Max(l/7, 1)), MinRTT: m, MaxInFlight: int(l), Backlog: 3, Duration: 100 * ms}
+		}
+		steps = []step{{"the knee: land on the served 8", at(10, 25*ms), 8}}
+		for range 20 {
+			steps = append(steps, step{"rest", at(8, m), 8})
+		}
+		steps = append(steps, step{"probe +1", at(8, m), 9}, step{"let it act", at(9, m), 9},
+			step{"unused: back to 8", at(9, m), 8},
+			step{"a worker fewer: drain to the served 7", seven(8), 7},
+			step{"rest a window", seven(7), 7},
+			step{"back to the knee", seven(7), 8},
+			step{"slow again: drain to 7, the knee is gone", seven(8), 7})
+		for i := range 40 {
+			steps = append(steps, step{fmt.Sprintf("rest %d of 40 at 7", i+1), seven(7), 7})
+		}
+		runSteps(t, b, 10, steps)
+	})
+	t.Run("low-tail settings: a step after a drain is judged against the limit at most", func(t *testing.T) {
+		a := newAlg(t, NewGradient, TailGradient())
+		// Recorded at 5x on 8 workers x 20 ms: after a drain from 11 to 7.04 the next window
+		// still completed requests admitted under 11 (served 7.91), and the step to 8 that
+		// served 7.76 looked unused against it.
+		runSteps(t, a, 7.04, []step{
+			{"grow to a whole 8", Window{Samples: 40, RTT: 20570 * time.Microsecond, MinRTT: 20570 * time.Microsecond, MaxInFlight: 8, Backlog: 1, Duration: 104 * ms}, 8},
+			{"let it act", Window{Samples: 39, RTT: 20490 * time.Microsecond, MinRTT: 20490 * time.Microsecond, MaxInFlight: 9, Duration: 103 * ms}, 8},
+			{"served 7.76, over 7.04 + half the step: used, grow", Window{Samples: 39, RTT: 20490 * time.Microsecond, MinRTT: 20490 * time.Microsecond, MaxInFlight: 9, Backlog: 2, Duration: 103 * ms}, 9},
+		})
+	})
+	t.Run("low-tail settings: a lent slot does not keep a drain from landing", func(t *testing.T) {
+		a := newAlg(t, NewGradient, TailGradient())
+		// Recorded at 2x on 4 workers x 20 ms: at a limit of 5 the lead's slot made 6 in
+		// flight, and the served 4.1 was under three quarters of 6, so every drain followed
+		// to 4.1-4.4 without landing and the next whole step went back to 5.
+		w := Window{Samples: 21, RTT: 25290 * time.Microsecond, MinRTT: 21 * ms, MaxInFlight: 6, Backlog: 1, Duration: 105 * ms}
+		runSteps(t, a, 5, []step{
+			{"land on the served 4.2, rounded", w, 4},
+			{"and rest there", Window{Samples: 20, RTT: 21 * ms, MinRTT: 21 * ms, MaxInFlight: 5, Backlog: 2, Duration: 105 * ms}, 4},
+		})
 	})
 	t.Run("low-tail settings without steady medians never rest", func(t *testing.T) {
 		a := newAlg(t, NewGradient, TailGradient())
@@ -237,7 +302,43 @@ func TestGradient(t *testing.T) {
 		w := Window{Samples: 20, RTT: 30 * ms, MinRTT: m, MaxInFlight: 10, Backlog: 3, Duration: 200 * ms}
 		runSteps(t, a, 10, []step{
 			{"drain by latency", w, 10 * 20.0 / 30},
-			{"and grow next window", Window{Samples: 40, RTT: m, MinRTT: m, MaxInFlight: 7, Backlog: 3, Duration: 100 * ms}, 10*20.0/30*1.05 + 0.5},
+			{"and grow next window, to a whole limit", Window{Samples: 40, RTT: m, MinRTT: m, MaxInFlight: 7, Backlog: 3, Duration: 100 * ms}, math.Round(10*20.0/30*1.05 + 0.5)},
+		})
+	})
+	t.Run("low-tail settings: a latency the drains do not lower is the no-load one", func(t *testing.T) {
+		a := newAlg(t, NewGradient, TailGradient())
+		// Recorded at 5x on 8 workers x 20 ms: the no-load estimate (17.2 ms) came from the
+		// startup's over-corrected samples, so every later window read 16% slow at any limit,
+		// and drain after drain took the limit from 8 to 1 for the estimator's memory.
+		minRTT := 17200 * time.Microsecond
+		at := func(l float64) Window {
+			// The upstream serves what the limit lets in: l at once for 20 ms each.
+			return Window{Samples: int(l * 5), RTT: m, MinRTT: minRTT, MaxInFlight: int(math.Ceil(l)), Backlog: 5, Duration: 100 * ms}
+		}
+		first := 8 * 17.2 / 20
+		runSteps(t, a, 8, []step{
+			{"drain by latency: x 17.2/20, on a whole number", at(8), math.Round(first)},
+			{"the drain did not lower the latency: hold", at(7), 7},
+			{"20 ms is the no-load latency now: grow", at(7), 8},
+		})
+		// A latency twice the estimate is a queue (its lag after a drain) or a slower upstream,
+		// not an estimate learned wrong: the drains go on.
+		c := newAlg(t, NewGradient, TailGradient())
+		slow := func(l float64) Window {
+			return Window{Samples: int(l * 2.5), RTT: 40 * ms, MinRTT: m, MaxInFlight: int(math.Ceil(l)), Backlog: 5, Duration: 100 * ms}
+		}
+		runSteps(t, c, 8, []step{
+			{"drain to the served 4", slow(8), 4},
+			{"and on, x 20/40", slow(4), 2},
+		})
+		// A real queue: each drain lowers the latency, and the drains go on.
+		b := newAlg(t, NewGradient, TailGradient())
+		q := func(rtt time.Duration, samples, inflight int) Window {
+			return Window{Samples: samples, RTT: rtt, MinRTT: m, MaxInFlight: inflight, Backlog: 5, Duration: 100 * ms}
+		}
+		runSteps(t, b, 16, []step{
+			{"a queue inside the upstream: drain to the served 8", q(40*ms, 40, 16), 8},
+			{"the latency fell but is still over: drain on, to the served 6", q(30*ms, 30, 8), 6},
 		})
 	})
 	t.Run("sidecar drain floored at what the window served", func(t *testing.T) {

@@ -26,12 +26,27 @@ import "math"
 //   - Hold and HoldMax (low-tail settings 20 and 100 windows; 0 in the defaults): where the medians are steady enough to see
 //     one request queued at the knee (the noise term within the buffer) and requests wait for
 //     the limit, a drain lands on the served concurrency rounded to a whole number and the
-//     limit rests there; then it probes Headroom above it, lets the step act for a window and
-//     keeps it only if the upstream served at least half the step more; a failed probe lands
-//     back and doubles the rest. Growing from the knee every window put the limit a step above
-//     it every other window, and each request admitted then waits inside the upstream for the
-//     next completion (a whole service time when a constant-time backend's workers finish
-//     together), which was most of the admitted p99 at 2x and 5x.
+//     limit rests there; then it probes one above it (steps are whole there: at a fractional
+//     limit the queue's lead lends nothing, and a half step measured that loss as much as its
+//     own gain), lets the step act for a window and keeps it only if the upstream served at
+//     least half the step more; a failed probe lands back, marks the knee and doubles the
+//     rest. Growing from the knee every window put the limit a step above it every other
+//     window, and each request admitted then waits inside the upstream for the next
+//     completion (a whole service time when a constant-time backend's workers finish
+//     together), which was most of the admitted p99 at 2x and 5x. A drain that lands below the
+//     knee rests one window and returns to it: one slow window (the node or the client
+//     stalled) is likelier than a drop in capacity, and if the return drains again the knee
+//     is forgotten.
+//   - A drain that did not lower the latency (low-tail settings only: the next window is as
+//     slow, at least 90% of the excess, and at most 25% over the estimate: a larger excess
+//     right after a drain is the lag of a queue) says the excess is not a queue the limit holds: a no-load
+//     estimate learned too low (a busy node's sidecar takes its own delay off the samples, and
+//     at a 5x start it took off too much, so the estimate sat 14% under the upstream's 20 ms for
+//     the estimator's ten-second memory) or a latency others cause. Draining on took the limit
+//     from 8 to 1. The limit holds instead, and that latency, at most 25% over the estimate,
+//     stands for the no-load one until the estimate reaches it, the latency falls below it, or
+//     HoldMax windows pass; the served concurrency that floors a drain is still reckoned with
+//     the estimator's own value.
 //   - Drain: when the RTT exceeds the allowance (gradient < 1), the limit becomes the
 //     concurrency the backend actually serves, L x MinRTT/RTT (Little's law), without buffer
 //     or headroom; growth keeps Envoy's formula. Envoy's decrease lands at (1+Buffer) x W plus
@@ -68,7 +83,7 @@ type Gradient struct {
 	// below 1. Field false, sidecar true.
 	Drain bool `yaml:"drain" json:"drain"`
 	// Hold is how many windows the limit rests where a drain at the knee landed before it
-	// probes above it (only where the medians are steady enough to see one queued request,
+	// probes one above it (only where the medians are steady enough to see one queued request,
 	// and requests were waiting for the limit). A drop in capacity is still followed at once
 	// (a drain is never held back). A probe that fails doubles the next rest, up to HoldMax
 	// windows; one that is used brings it back to Hold and the limit grows every other window
@@ -92,9 +107,10 @@ func DefaultGradient() Gradient {
 
 // TailGradient returns the sidecar defaults with the low-tail settings (issue 35, opt in):
 // buffer 5% plus three times the medians' noise, rest 20 windows at the knee, probe at most
-// every 100. Together with the adaptive queue's lead (queue.lead) they hold the admitted p99
-// near 1.3-1.5x the unloaded one where the defaults reach 1.7-2x, for about one point of
-// goodput against Envoy's adaptive_concurrency (docs/benchmarks.md, "The adaptive tail").
+// every 100. Together with the adaptive queue's lead (queue.lead) they hold a constant-time
+// backend's limit on its workers and the admitted p99 at 1.45-1.75x the unloaded one where the
+// defaults reach 1.7-2x, for one to three points of goodput against Envoy's
+// adaptive_concurrency (docs/benchmarks.md, "The adaptive tail").
 func TailGradient() Gradient {
 	g := DefaultGradient()
 	g.Buffer, g.NoiseBuffer, g.Hold, g.HoldMax = 0.05, 3, 20, 100
@@ -139,23 +155,39 @@ type gradient struct {
 	hold    int  // windows left before the limit may grow again
 	rest    int  // how long the next rest after a drain lasts (Hold, doubled per failed probe)
 	probing bool // the limit grew in the last window or two: a drain now ends a failed probe
-	rested  bool // the last window ended a rest: the next step up is a probe of Headroom
+	rested  bool // the last window ended a rest: the next step up is the smallest
 	// from is the limit before the last step up and before the concurrency served then (0:
 	// unknown).
 	from, before float64
+	// drained is the last window's latency excess over the no-load estimate (RTT/MinRTT - 1)
+	// when that window drained the limit, else 0. base (seconds, 0: none) is a no-load latency
+	// learned from drains that did not lower the latency, used while it is above MinRTT, for
+	// at most HoldMax windows (age).
+	drained, base float64
+	age           int
+	// knee is where the last failed step up landed (0: unknown); back: a drain landed below
+	// it and the limit returns to it after a window; returned: it just did.
+	knee           float64
+	back, returned bool
 }
 
 func (g *gradient) Name() string { return NameGradient }
+
+// baseMax bounds a no-load latency learned from drains that did not lower the latency, as a
+// multiple of the estimator's: at worst the limit then settles where the default buffer (25%)
+// puts it, until the learned latency expires.
+const baseMax = 1.25
 
 // landed ends a drain or a failed probe at next (at least floor), on a whole number: a
 // fractional part above the upstream's workers lends one request more a share of the time, and
 // that request waits inside the upstream for the next completion (with a constant service
 // time, for a whole service time when the workers finish together). The limit then rests there,
 // twice as long as last time when a step up just failed.
-func (g *gradient) landed(next, floor float64) float64 {
+func (g *gradient) landed(next, floor float64, returned bool) float64 {
 	next = math.Max(next, floor)
 	g.rest = max(g.rest, g.c.Hold)
-	if g.probing {
+	failed := g.probing
+	if failed {
 		// A step up failed: the knee is no higher than where it started.
 		next = math.Min(next, g.from)
 		g.rest = min(2*g.rest, g.c.HoldMax)
@@ -163,7 +195,22 @@ func (g *gradient) landed(next, floor float64) float64 {
 	// Rounded to the nearest: one request too many queues inside the upstream and the next
 	// window drains it, one too few idles a worker until the next probe.
 	next = math.Max(math.Round(next), 1)
-	g.hold, g.probing = g.rest, false
+	g.probing = false
+	switch {
+	case failed:
+		g.knee = next
+	case returned:
+		// Back at the knee, the latency rose again: the knee has moved down.
+		g.knee = 0
+	case next < g.knee:
+		// A drain below the knee a failed step found: one slow window (the node or the
+		// client stalled) is likelier than a drop in capacity, which the return to the knee
+		// tests. Rest a window, then go back to it (a 5x run on a busy node rested 4 s at 7
+		// of 8 workers after one window 7% slow).
+		g.hold, g.back = 1, true
+		return next
+	}
+	g.hold = g.rest
 	return next
 }
 
@@ -176,6 +223,21 @@ func (g *gradient) Update(limit float64, w Window) float64 {
 	if !ok {
 		return limit
 	}
+	// est is the estimator's no-load latency: what the upstream served at once is always
+	// reckoned with it, so a latency learned below (base) raises the allowance and the drain's
+	// target but never the served concurrency that floors a drain.
+	est := minRTT
+	if g.base > 0 {
+		// A latency this limit could not lower stands for the no-load one (at most a quarter
+		// over the estimate) until the estimate reaches it, the latency falls below it (it
+		// follows the latency down) or HoldMax windows pass.
+		g.age++
+		if g.base = math.Min(g.base, rtt); g.base <= minRTT || g.age > g.c.HoldMax {
+			g.base = 0
+		} else {
+			minRTT = g.base
+		}
+	}
 	noise := g.c.NoiseBuffer * w.RTTNoise.Seconds()
 	allowance := minRTT*(1+g.c.Buffer) + noise
 	grad := math.Min(math.Max(allowance/rtt, g.c.MinGradient), g.c.MaxGradient)
@@ -183,26 +245,46 @@ func (g *gradient) Update(limit float64, w Window) float64 {
 	// to see a single request queued at the knee, so the limit can rest there (Hold). A spread
 	// service time hides that request in the noise; the limit then moves every window.
 	precise := g.c.Hold > 0 && noise <= g.c.Buffer*minRTT
+	returned := g.returned
+	g.returned = false
 	if !precise {
-		g.hold, g.probing, g.rested = 0, false, false
+		g.hold, g.probing, g.rested, g.back, g.knee = 0, false, false, false, 0
+	}
+	excess := rtt/minRTT - 1
+	drained := g.drained
+	g.drained = 0
+	if g.c.Drain && grad < 1 && precise && drained > 0 && excess >= 0.9*drained && rtt <= baseMax*est {
+		// The last window drained the limit and the latency did not fall: the excess is not a
+		// queue this limit holds (a no-load estimate learned too low, from samples a busy node
+		// over-corrected, or a latency others cause). Draining on would take the limit to its
+		// floor, a whole estimator's memory long; this latency is the no-load one instead.
+		g.base, g.age = math.Min(rtt, baseMax*est), 0
+		g.hold, g.probing, g.rested, g.back = 0, false, false, false
+		return limit
 	}
 	if g.c.Drain && grad < 1 {
+		g.drained = excess
 		next := limit * math.Max(minRTT/rtt, g.c.MinGradient)
 		// The window's RTT lags the limit (it holds requests admitted under a higher one), so
 		// L x MinRTT/RTT can land below what the upstream serves; never drain below that.
-		served, ok := w.served(minRTT)
+		served, ok := w.served(est)
 		if ok {
 			next = math.Max(next, math.Min(served, limit))
 		}
-		if precise && w.Backlog > 0 && ok && served >= 0.75*float64(w.MaxInFlight) {
+		if precise && w.Backlog > 0 && ok && served >= 0.75*math.Min(float64(w.MaxInFlight), limit) {
 			// Requests were waiting for the limit and the upstream served about what was in
-			// flight: the drain found the knee. (Without a backlog, a slower window is the
-			// upstream's or the node's own doing; and a window that served much less than it
-			// held in flight spans idle time, after which the first requests are slow for
-			// reasons of their own. The limit then follows without resting.)
-			return g.landed(next, next)
+			// flight (within the limit: a slot the lead lent is one more in flight, and at 5 on
+			// 4 workers it kept every drain from landing): the drain found the knee. (Without a
+			// backlog, a slower window is the upstream's or the node's own doing; and a window
+			// that served much less than it held in flight spans idle time, after which the
+			// first requests are slow for reasons of their own. The limit then follows without
+			// resting.)
+			return g.landed(next, next, returned)
 		}
 		g.hold, g.probing, g.rested = 0, false, false
+		if returned {
+			g.knee, g.back = 0, false
+		}
 		return next
 	}
 	if g.hold > 0 {
@@ -213,12 +295,12 @@ func (g *gradient) Update(limit float64, w Window) float64 {
 		return limit
 	}
 	if g.probing {
-		if served, ok := w.served(minRTT); ok && g.before > 0 && w.Backlog > 0 && served < g.before+(limit-g.from)/2 {
+		if served, ok := w.served(est); ok && g.before > 0 && w.Backlog > 0 && served < g.before+(limit-g.from)/2 {
 			// The step up left the latency clean but was not used: the upstream served less
 			// than half the step more than before it (a constant-time upstream whose workers
 			// finish together queues the extra request for a whole service time without moving
 			// the median much). The knee is where it was.
-			return g.landed(g.from, g.from)
+			return g.landed(g.from, g.from, false)
 		}
 		// The last step up left the latency clean and was used: the knee has moved up; probe
 		// at the shortest rest again.
@@ -229,6 +311,14 @@ func (g *gradient) Update(limit float64, w Window) float64 {
 	if g.c.HoldWhenAppLimited && w.appLimited(limit) {
 		return math.Min(next, limit)
 	}
+	if g.back {
+		// A window after a drain below the knee: back to it, and rest there.
+		g.back = false
+		if g.knee > limit {
+			g.returned, g.hold = true, g.rest
+			return g.knee
+		}
+	}
 	if g.rested {
 		// The first step after a rest is the smallest, Headroom: the knee is most likely where
 		// the limit rests, and every request admitted above it waits inside the upstream.
@@ -236,11 +326,19 @@ func (g *gradient) Update(limit float64, w Window) float64 {
 		g.rested = false
 	}
 	if precise && next > limit {
+		// Whole steps: a fractional limit lets one request more in for a share of the time,
+		// and the queue's lead lends no slot then (admission.AdaptiveConfig.Lead), so a step
+		// of half a request measured the lead's loss as much as the step's gain and was
+		// judged unused below the knee (a limit rested at 7 on 8 workers for a whole run).
+		next = math.Max(math.Round(next), math.Floor(limit)+1)
 		// A window mostly times requests admitted before it began: judge a step up by the
 		// window after it before taking the next, against what was served before it.
 		g.hold, g.probing, g.from, g.before = 1, true, limit, 0
-		if served, ok := w.served(minRTT); ok {
-			g.before = served
+		if served, ok := w.served(est); ok {
+			// Never above the limit: a window after a drain still completes requests
+			// admitted under the higher limit, and a step judged against that judged a used
+			// step unused (a limit rested at 7 of 8 workers for 4 s).
+			g.before = math.Min(served, limit)
 		}
 	}
 	return next

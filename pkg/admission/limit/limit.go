@@ -14,7 +14,7 @@ type Window struct {
 	Dropped int           // overload signals: 429, 5xx, timeouts, connection failures
 	RTT     time.Duration // the window's latency statistic: p50 of the successful samples' RTT (0 if none)
 	// RTTNoise is the sampling error of RTT: the standard error of a median of Samples samples
-	// spread as this window's were (from their interquartile range), 0 if unknown. A window's
+	// spread as this window's were (from their spread below the median), 0 if unknown. A window's
 	// median wanders by about this much with no queue at all; a constant-time backend has
 	// almost none, one whose service time spreads has a lot.
 	RTTNoise    time.Duration
@@ -25,16 +25,19 @@ type Window struct {
 }
 
 // MedianNoise estimates the standard error of the median of sorted (ascending) samples from
-// their interquartile range: for a normal spread sigma = IQR/1.349 and the median's standard
-// error is 1.2533 sigma/sqrt(n). The interquartile range ignores a slow tail of a few per cent,
-// which moves the median by at most a rank or two. Fewer than 4 samples: 0 (unknown).
+// their spread below the median: for a normal spread sigma = (p50 - p10)/1.2816 and the
+// median's standard error is 1.2533 sigma/sqrt(n). The lower half is the service time's own
+// spread: a queue inside the upstream lengthens only the samples that waited, which sit above
+// the median while fewer than half of them wait (an interquartile range took one queued request
+// at the knee for noise, and the noise then hid that queue for good), and a slow tail of a few
+// per cent moves the median by a rank or two at most. Fewer than 4 samples: 0 (unknown).
 func MedianNoise(sorted []time.Duration) time.Duration {
 	n := len(sorted)
 	if n < 4 {
 		return 0
 	}
-	iqr := float64(sorted[(3*n)/4] - sorted[n/4])
-	return time.Duration(1.2533 * iqr / 1.349 / math.Sqrt(float64(n)))
+	spread := float64(sorted[n/2] - sorted[n/10])
+	return time.Duration(1.2533 * spread / 1.2816 / math.Sqrt(float64(n)))
 }
 
 // served is the concurrency the upstream actually served during the window by Little's law:

@@ -109,16 +109,29 @@ func TestMinRTTMatchesBruteForce(t *testing.T) {
 	}
 }
 
-// MedianNoise reads the median's standard error from the interquartile range: samples spread
-// evenly over 16..24 ms (IQR 4 ms) of 64 give 1.2533 x 4/1.349/8 ms; a constant backend none.
+// MedianNoise reads the median's standard error from the spread below the median: samples
+// spread evenly over 16..24 ms, 64 of them, give 1.2533 x (p50 - p10)/1.2816/8; a constant
+// backend none, even with requests queued above the median.
 func TestMedianNoise(t *testing.T) {
 	s := make([]time.Duration, 64)
 	for i := range s {
 		s[i] = 16*time.Millisecond + time.Duration(i)*8*time.Millisecond/64
 	}
-	iqr := float64(s[48] - s[16])
-	if got, want := MedianNoise(s), time.Duration(1.2533*iqr/1.349/8); got != want {
+	lower := float64(s[32] - s[6])
+	if got, want := MedianNoise(s), time.Duration(1.2533*lower/1.2816/8); got != want {
 		t.Errorf("spread: %v, want %v", got, want)
+	}
+	// A constant 20 ms with a third of the requests queued for a whole service time (a limit
+	// a third above the upstream's workers): the queue is not noise.
+	q := make([]time.Duration, 60)
+	for i := range q {
+		q[i] = 20 * time.Millisecond
+		if i >= 40 {
+			q[i] = 40 * time.Millisecond
+		}
+	}
+	if got := MedianNoise(q); got != 0 {
+		t.Errorf("constant with a third queued: %v, want 0", got)
 	}
 	c := []time.Duration{20 * time.Millisecond, 20 * time.Millisecond, 20 * time.Millisecond, 20 * time.Millisecond, 900 * time.Millisecond}
 	if got := MedianNoise(c); got != 0 {
