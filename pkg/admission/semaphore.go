@@ -279,6 +279,18 @@ func (s *semaphore) expected() time.Duration {
 	return max(s.adapt.minRTT.Value(), s.adapt.lastRTT)
 }
 
+// leadSpan is the latency expected and the lead within it, or zeros while no slot may be lent:
+// without a lead or a latency, or while the limit is fractional (it is on the move: the
+// algorithm is probing above the upstream's concurrency or following a spread service time,
+// and completions are not due when the latency says).
+func (s *semaphore) leadSpan() (m, lead time.Duration) {
+	m = s.expected()
+	if m <= 0 || s.part() > 0 {
+		return 0, 0
+	}
+	return m, min(s.lead, m/maxLeadShare)
+}
+
 // lend finds requests in flight about to finish that may lend their slots now: expected to
 // finish within the lead (at most a twentieth of the latency expected) and not overdue by more
 // than that latency (an older one is a slow request, which says nothing about when it ends),
@@ -292,14 +304,10 @@ func (s *semaphore) expected() time.Duration {
 // upstream. So the slot a finishing request leaves is taken by a request that reaches the
 // upstream as it frees, instead of one that sets out only then.
 func (s *semaphore) lend(now time.Time, need int64, mark bool) (time.Time, int64) {
-	m := s.expected()
-	if m <= 0 || s.part() > 0 {
-		// (A fractional limit is on the move: the algorithm is probing above the upstream's
-		// concurrency or following a spread service time, and completions are not due when
-		// the latency says.)
+	m, lead := s.leadSpan()
+	if m <= 0 {
 		return time.Time{}, 0
 	}
-	lead := min(s.lead, m/maxLeadShare)
 	room := s.lendRoom() - s.lentOut
 	var n int64
 	var last time.Time
@@ -321,11 +329,10 @@ func (s *semaphore) lend(now time.Time, need int64, mark bool) (time.Time, int64
 // leadReady is when the next request in flight not yet about to finish at now will be, or
 // zero.
 func (s *semaphore) leadReady(now time.Time) time.Time {
-	m := s.expected()
-	if m <= 0 || s.part() > 0 || s.lentOut >= s.lendRoom() {
+	m, lead := s.leadSpan()
+	if m <= 0 || s.lentOut >= s.lendRoom() {
 		return time.Time{}
 	}
-	lead := min(s.lead, m/maxLeadShare)
 	var next time.Time
 	i := 0
 	for t := s.flightHead; t != nil && i < maxLeadScan; t, i = t.next, i+1 {

@@ -23,9 +23,9 @@ import "math"
 //     cover the noise: about 5% on a constant-time backend, as much as the medians wander on
 //     one whose service time spreads (a smaller fixed buffer, 10% was tried before the noise
 //     term, drained such a backend's limit to its floor).
-//   - Hold and HoldMax (low-tail settings 20 and 100 windows; 0 in the defaults): where the medians are steady enough to see
-//     one request queued at the knee (the noise term within the buffer) and requests wait for
-//     the limit, a drain lands on the served concurrency rounded to a whole number and the
+//   - Hold and HoldMax (low-tail settings 20 and 100 windows; 0 in the defaults): where the
+//     medians are steady enough to see one request queued at the knee (the noise term within
+//     the buffer) and requests wait for the limit, a drain lands on the served concurrency rounded to a whole number and the
 //     limit rests there; then it probes one above it (steps are whole there: at a fractional
 //     limit the queue's lead lends nothing, and a half step measured that loss as much as its
 //     own gain), lets the step act for a window and keeps it only if the upstream served at
@@ -39,8 +39,8 @@ import "math"
 //     is forgotten.
 //   - A drain that did not lower the latency (low-tail settings only: the next window is as
 //     slow, at least 90% of the excess, and at most 25% over the estimate: a larger excess
-//     right after a drain is the lag of a queue) says the excess is not a queue the limit holds: a no-load
-//     estimate learned too low (a busy node's sidecar takes its own delay off the samples, and
+//     right after a drain is the lag of a queue) says the excess is not a queue the limit
+//     holds: a no-load estimate learned too low (a busy node's sidecar takes its own delay off the samples, and
 //     at a 5x start it took off too much, so the estimate sat 14% under the upstream's 20 ms for
 //     the estimator's ten-second memory) or a latency others cause. Draining on took the limit
 //     from 8 to 1. The limit holds instead, and that latency, at most 25% over the estimate,
@@ -178,13 +178,12 @@ func (g *gradient) Name() string { return NameGradient }
 // puts it, until the learned latency expires.
 const baseMax = 1.25
 
-// landed ends a drain or a failed probe at next (at least floor), on a whole number: a
+// landed ends a drain or a failed probe at next, on a whole number: a
 // fractional part above the upstream's workers lends one request more a share of the time, and
 // that request waits inside the upstream for the next completion (with a constant service
 // time, for a whole service time when the workers finish together). The limit then rests there,
 // twice as long as last time when a step up just failed.
-func (g *gradient) landed(next, floor float64, returned bool) float64 {
-	next = math.Max(next, floor)
+func (g *gradient) landed(next float64, returned bool) float64 {
 	g.rest = max(g.rest, g.c.Hold)
 	failed := g.probing
 	if failed {
@@ -279,7 +278,7 @@ func (g *gradient) Update(limit float64, w Window) float64 {
 			// that served much less than it held in flight spans idle time, after which the
 			// first requests are slow for reasons of their own. The limit then follows without
 			// resting.)
-			return g.landed(next, next, returned)
+			return g.landed(next, returned)
 		}
 		g.hold, g.probing, g.rested = 0, false, false
 		if returned {
@@ -300,7 +299,7 @@ func (g *gradient) Update(limit float64, w Window) float64 {
 			// than half the step more than before it (a constant-time upstream whose workers
 			// finish together queues the extra request for a whole service time without moving
 			// the median much). The knee is where it was.
-			return g.landed(g.from, g.from, false)
+			return g.landed(g.from, false)
 		}
 		// The last step up left the latency clean and was used: the knee has moved up; probe
 		// at the shortest rest again.
@@ -320,8 +319,9 @@ func (g *gradient) Update(limit float64, w Window) float64 {
 		}
 	}
 	if g.rested {
-		// The first step after a rest is the smallest, Headroom: the knee is most likely where
-		// the limit rests, and every request admitted above it waits inside the upstream.
+		// The first step after a rest is the smallest, Headroom (a whole one, below): the knee
+		// is most likely where the limit rests, and every request admitted above it waits
+		// inside the upstream.
 		next = math.Min(next, limit+g.c.Headroom)
 		g.rested = false
 	}
