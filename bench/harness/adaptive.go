@@ -167,6 +167,11 @@ func RunAdaptive(ctx context.Context, cfg AdaptiveConfig, stdout, stderr io.Writ
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Generator == GeneratorLoadgen && bins.Loadgen == "" {
+		if bins.Loadgen, err = buildProgram(ctx, cfg.RepoRoot, filepath.Join(work, "bin"), "cmd/loadgen", "loadgen", logf); err != nil {
+			return nil, err
+		}
+	}
 	root := os.Geteuid() == 0
 	pinned := cfg.Pin != PinNone && bins.Taskset != "" && runtime.NumCPU() >= 2
 	res := &AdaptiveResult{Kind: "adaptive", Config: cfg, Cases: cases, Started: time.Now()}
@@ -304,6 +309,11 @@ func (r *AdaptiveResult) markdown(w *strings.Builder) {
 	}
 	fmt.Fprintf(w, "Backends: %s; constant service, or slow-tail (the project's slow-tail model scaled to the service time: stddev S/4, 1%% of requests in an exponential tail of mean 15 S clamped to [5 S, 100 S], which takes about an eighth of C); client timeout %s. Each point: %s of the same load unmeasured (warm-up), then %s measured; fresh backend and target per point. Limits traced every %s (loadshed: `loadshed_limit` on /metrics; Envoy: the gradient controller's `concurrency_limit` on its admin /stats). Nobody is told the capacity.\n\n",
 		backends, c.ClientTimeout, c.Warmup, c.PointDuration, c.TraceEvery)
+	if c.Generator == GeneratorLoadgen {
+		fmt.Fprintf(w, "Load: `cmd/loadgen` (--generator loadgen), overload.js's load without k6: evenly spaced arrivals at K x C, latency counted from each request's scheduled time (k6 counts from when it sent the request), no outside-the-backend latency. Raw results: `k6/*.loadgen.json`.\n\n")
+	} else {
+		fmt.Fprintf(w, "Load: k6, `loadtest/k6/overload.js` (constant arrival rate).\n\n")
+	}
 
 	fmt.Fprintf(w, "| target | settings |\n|---|---|\n")
 	for _, t := range r.Targets {

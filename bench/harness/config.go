@@ -44,6 +44,9 @@ type Config struct {
 	Pin string
 	// MaxLateMs marks a point invalid when iterations start later than this at p99.
 	MaxLateMs float64
+	// Generator drives each point: GeneratorK6 (empty: the default) or GeneratorLoadgen
+	// (overload.js's load only; the adaptive scenario).
+	Generator string `json:",omitempty"`
 	// Quick marks a CI smoke run: any point that fails to start fails the whole run at once.
 	Quick bool
 	// TraceEvery, when above 0, reads every target's concurrency limit (loadshed's
@@ -103,6 +106,11 @@ func (c Config) Validate() error {
 	}
 	if c.Spike && (c.SpikeBase < time.Second || c.SpikeHold < time.Second || c.SpikeAfter < time.Second) {
 		errs = append(errs, errors.New("SpikeBase, SpikeHold, SpikeAfter: each must be at least 1s"))
+	}
+	switch c.Generator {
+	case "", GeneratorK6, GeneratorLoadgen:
+	default:
+		errs = append(errs, fmt.Errorf("Generator: want %q or %q, got %q", GeneratorK6, GeneratorLoadgen, c.Generator))
 	}
 	switch c.Pin {
 	case PinNone, PinProxy, PinSplit:

@@ -541,7 +541,8 @@ func startStackFor(ctx context.Context, cfg Config, l Limits, bins Binaries, t T
 	return st, nil
 }
 
-// runPoint starts a fresh backend and target, runs one k6 scenario and measures the target.
+// runPoint starts a fresh backend and target, runs one scenario (k6, or cmd/loadgen with
+// Config.Generator) and measures the target.
 func runPoint(ctx context.Context, cfg Config, res *Result, bins Binaries, t Target, sc Scenario, rep int, work string, root bool) Point {
 	p := Point{Target: t.Name, Scenario: sc.Name, Load: sc.Load, Repeat: rep}
 	name := fmt.Sprintf("r%d-%s-%s", rep, sc.Name, strings.ReplaceAll(t.Name, "/", "-"))
@@ -575,7 +576,7 @@ func runPoint(ctx context.Context, cfg Config, res *Result, bins Binaries, t Tar
 		}
 		warm.Env["DURATION"] = sc.Warmup.String()
 		dir := filepath.Join(work, "points", name)
-		if err := runK6(ctx, cfg, res.Limits, bins, k6CPU, warm, st.launch.URL, filepath.Join(dir, "warmup.json"), filepath.Join(dir, "k6-warmup.log")); err != nil {
+		if err := runLoad(ctx, cfg, res.Limits, bins, k6CPU, warm, st.launch.URL, filepath.Join(dir, "warmup.json"), filepath.Join(dir, "k6-warmup.log")); err != nil {
 			p.Err = "warm-up: " + err.Error()
 			return p
 		}
@@ -596,7 +597,7 @@ func runPoint(ctx context.Context, cfg Config, res *Result, bins Binaries, t Tar
 		}
 		sc.Env = env
 	}
-	if err := runK6(ctx, cfg, res.Limits, bins, k6CPU, sc, st.launch.URL, summaryPath, filepath.Join(work, "points", name, "k6.log")); err != nil {
+	if err := runLoad(ctx, cfg, res.Limits, bins, k6CPU, sc, st.launch.URL, summaryPath, filepath.Join(work, "points", name, "k6.log")); err != nil {
 		p.Err = err.Error()
 		return p
 	}

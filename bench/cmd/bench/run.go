@@ -50,6 +50,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&cfg.SLO, "slo", 100*time.Millisecond, "latency SLO; limits derive from it")
 	fs.DurationVar(&cfg.ClientTimeout, "client-timeout", time.Second, "k6 client timeout")
 	fs.StringVar(&cfg.Pin, "pin", harness.PinNone, "CPU placement: none (each proxy one worker thread, nothing pinned), proxy (target on CPU 1) or split (backend and target on CPU 1, k6 on CPU 0)")
+	fs.StringVar(&cfg.Generator, "generator", harness.GeneratorK6, "adaptive: what drives each point: k6 (overload.js) or loadgen (cmd/loadgen, the same open-model load at a fraction of k6's CPU; latency from each request's scheduled time)")
 	fs.Float64Var(&cfg.MaxLateMs, "max-late-ms", 100, "a point whose iterations start later than this at p99 is invalid")
 	fs.BoolVar(&cfg.InstallPeers, "install-peers", true, "apt-get install nginx and haproxy when missing (needs root)")
 	k6smoke := fs.String("k6-smoke", "", "instead of the benchmark, run every loadtest/k6 script briefly against this target (e.g. loadshed/inflight) and check its summary")
@@ -97,6 +98,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg.Spike = spike
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if cfg.Generator == harness.GeneratorLoadgen && scenario != "adaptive" {
+		return cli.Usagef("--generator %s: only --scenario adaptive runs its points with it, not %s", harness.GeneratorLoadgen, scenario)
+	}
 	switch scenario {
 	case "peers":
 	case "long":

@@ -40,6 +40,8 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{[]string{"--scenario", "fanout", "--loads", "2,x"}, "--loads"},
 		{[]string{"--scenario", "fanout", "--loads", "30", "--out", "unused"}, "Loads"},
 		{[]string{"--scenario", "fanout", "--duration", "1s", "--out", "unused"}, "Duration"},
+		{[]string{"--scenario", "peers", "--generator", "loadgen", "--out", "unused"}, "--generator"},
+		{[]string{"--scenario", "adaptive", "--generator", "wrk", "--out", "unused"}, "Generator"},
 	} {
 		err := run(context.Background(), tc.args, io.Discard, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

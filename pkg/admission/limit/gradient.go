@@ -107,10 +107,11 @@ func DefaultGradient() Gradient {
 
 // TailGradient returns the sidecar defaults with the low-tail settings (issue 35, opt in):
 // buffer 5% plus three times the medians' noise, rest 20 windows at the knee, probe at most
-// every 100. Together with the adaptive queue's lead (queue.lead) they hold a constant-time
-// backend's limit on its workers and the admitted p99 at 1.45-1.75x the unloaded one where the
-// defaults reach 1.7-2x, for one to three points of goodput against Envoy's
-// adaptive_concurrency (docs/benchmarks.md, "The adaptive tail").
+// every 100. Together with the adaptive queue's lead and short wait (queue.lead 750us,
+// queue.waitPerRTT 0.1) they hold a constant-time backend's limit on its workers and the
+// admitted p99 at 1.07-1.5x the unloaded one where the defaults reach 1.7-2x, for up to half a
+// point of goodput against Envoy's adaptive_concurrency (docs/benchmarks.md, "The adaptive
+// tail").
 func TailGradient() Gradient {
 	g := DefaultGradient()
 	g.Buffer, g.NoiseBuffer, g.Hold, g.HoldMax = 0.05, 3, 20, 100
