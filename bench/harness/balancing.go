@@ -1,7 +1,6 @@
 package harness
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -606,23 +604,7 @@ func runBalancingLoad(ctx context.Context, cfg BalancingConfig, cs BalancingCase
 	argv := []string{cfg.Bins.Loadgen, "--target", url, "--rate", strconv.FormatFloat(cs.Rate, 'g', -1, 64),
 		"--duration", (cfg.Warmup + cfg.Duration).String(), "--warmup", cfg.Warmup.String(), "--poisson-seed", fmt.Sprint(rep),
 		"--timeout", cfg.ClientTimeout.String(), "--slo", cfg.SLO.String(), "--json"}
-	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	_ = os.WriteFile(logPath, stderr.Bytes(), 0o644)
-	// An invalid run (late starts) exits 1 with its result printed: the result says why.
-	var r loadgen.Result
-	if jerr := json.Unmarshal(stdout.Bytes(), &r); jerr != nil {
-		if err != nil {
-			return nil, fmt.Errorf("loadgen: %v: %s", err, tailString(stderr.String(), 5))
-		}
-		return nil, fmt.Errorf("loadgen output: %v", jerr)
-	}
-	if err := os.WriteFile(out, stdout.Bytes(), 0o644); err != nil {
-		return nil, err
-	}
-	return &r, nil
+	return execLoadgen(ctx, argv, out, logPath)
 }
 
 // hostSampler reads Envoy's /clusters?format=json every interval until stopped.

@@ -2,10 +2,8 @@ package harness
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/csv"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -425,25 +423,7 @@ func runLoadgen(ctx context.Context, cfg CostConfig, bins Binaries, url, out, lo
 	if bins.Taskset != "" {
 		argv = append([]string{bins.Taskset, "-c", "0"}, argv...)
 	}
-	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-		return nil, err
-	}
-	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	_ = os.WriteFile(logPath, stderr.Bytes(), 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("loadgen: %v: %s", err, tailString(stderr.String(), 5))
-	}
-	if err := os.WriteFile(out, stdout.Bytes(), 0o644); err != nil {
-		return nil, err
-	}
-	var r loadgen.Result
-	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
-		return nil, fmt.Errorf("loadgen output: %v", err)
-	}
-	return &r, nil
+	return execLoadgen(ctx, argv, out, logPath)
 }
 
 // genLatency takes the admitted p50 and p99 of an open-loop run in which every request was

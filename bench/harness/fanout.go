@@ -1,24 +1,19 @@
 package harness
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/loadshed/loadshed/internal/loadgen"
 )
 
 // The fan-out scenario (issue 32) measures consistent admission across a call graph. A frontend
@@ -577,7 +572,7 @@ func runFanoutPoint(ctx context.Context, cfg FanoutConfig, st fanoutStep, rep in
 			}
 		}()
 	}
-	lg, err := runFanoutLoad(ctx, cfg.Bins.Loadgen, args, filepath.Join(cfg.OutDir, "loadgen", name+".json"), filepath.Join(dir, "loadgen.log"))
+	lg, err := execLoadgen(ctx, append([]string{cfg.Bins.Loadgen}, args...), filepath.Join(cfg.OutDir, "loadgen", name+".json"), filepath.Join(dir, "loadgen.log"))
 	stopSampling()
 	wg.Wait()
 	if err != nil {
@@ -625,27 +620,6 @@ func runFanoutPoint(ctx context.Context, cfg FanoutConfig, st fanoutStep, rep in
 }
 
 func rateOf(x float64) string { return strconv.FormatFloat(x, 'f', 1, 64) }
-
-// runFanoutLoad runs cmd/loadgen with args and reads its JSON result, which it also writes to out.
-func runFanoutLoad(ctx context.Context, bin string, args []string, out, logPath string) (*loadgen.Result, error) {
-	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	_ = os.WriteFile(logPath, stderr.Bytes(), 0o644)
-	// An invalid run (late starts) exits 1 with its result printed: the result says why.
-	var r loadgen.Result
-	if jerr := json.Unmarshal(stdout.Bytes(), &r); jerr != nil {
-		if err != nil {
-			return nil, fmt.Errorf("loadgen: %v: %s", err, tailString(stderr.String(), 5))
-		}
-		return nil, fmt.Errorf("loadgen output: %v", jerr)
-	}
-	if err := os.WriteFile(out, stdout.Bytes(), 0o644); err != nil {
-		return nil, err
-	}
-	return &r, nil
-}
 
 // readLegs reads the frontend's leg counters.
 func readLegs(ctx context.Context, client *http.Client, url string) ([]Leg, error) {

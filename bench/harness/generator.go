@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -57,22 +58,11 @@ func runLoadgenScenario(ctx context.Context, cfg Config, l Limits, bins Binaries
 	if cpu >= 0 && bins.Taskset != "" {
 		argv = append([]string{bins.Taskset, "-c", strconv.Itoa(cpu)}, argv...)
 	}
-	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err = cmd.Run()
-	_ = os.WriteFile(logPath, stderr.Bytes(), 0o644)
+	r, err := execLoadgen(ctx, argv, strings.TrimSuffix(summary, ".json")+".loadgen.json", logPath)
 	if err != nil {
-		return fmt.Errorf("loadgen: %v: %s", err, tailString(stderr.String(), 5))
-	}
-	if err := os.WriteFile(strings.TrimSuffix(summary, ".json")+".loadgen.json", stdout.Bytes(), 0o644); err != nil {
 		return err
 	}
-	var r loadgen.Result
-	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
-		return fmt.Errorf("loadgen output: %v", err)
-	}
-	b, err := json.MarshalIndent(loadgenSummary(&r, url, l, cfg, rate, d), "", " ")
+	b, err := json.MarshalIndent(loadgenSummary(r, url, l, cfg, rate, d), "", " ")
 	if err != nil {
 		return err
 	}
@@ -135,4 +125,29 @@ func loadgenSummary(r *loadgen.Result, url string, l Limits, cfg Config, rate fl
 		s.InvalidReason = "loadgen marked the run invalid"
 	}
 	return s
+}
+
+// execLoadgen runs a cmd/loadgen command line (argv, with --json), keeps its stderr in logPath
+// and its JSON result in out, and returns the result. An invalid run (late starts) exits 1 with
+// its result printed: the result says why, so it is returned, not an error.
+func execLoadgen(ctx context.Context, argv []string, out, logPath string) (*loadgen.Result, error) {
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	_ = os.WriteFile(logPath, stderr.Bytes(), 0o644)
+	var r loadgen.Result
+	if jerr := json.Unmarshal(stdout.Bytes(), &r); jerr != nil {
+		if err != nil {
+			return nil, fmt.Errorf("loadgen: %v: %s", err, tailString(stderr.String(), 5))
+		}
+		return nil, fmt.Errorf("loadgen output: %v", jerr)
+	}
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(out, stdout.Bytes(), 0o644); err != nil {
+		return nil, err
+	}
+	return &r, nil
 }

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -99,5 +101,34 @@ func TestRunLoadgenScenarioRefusesOtherScripts(t *testing.T) {
 		Scenario{Script: "overload.js", Env: map[string]string{"K": "x", "DURATION": "1s"}}, "u", "s.json", "l.log")
 	if err == nil || !strings.Contains(err.Error(), "K:") {
 		t.Fatalf("K=x: err %v, want an error naming K", err)
+	}
+}
+
+// cmd/loadgen exits 1 after printing the result of an invalid run: that is a result to report
+// as invalid, not a failure; output that is no result is an error naming the exit.
+func TestExecLoadgenKeepsInvalidRuns(t *testing.T) {
+	dir := t.TempDir()
+	script := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	invalid := script("invalid", `echo '{"offered": 10, "valid": false, "invalidReason": "late"}'; echo 'late starts' >&2; exit 1`)
+	out := filepath.Join(dir, "sub", "r.json")
+	r, err := execLoadgen(context.Background(), []string{invalid}, out, filepath.Join(dir, "log"))
+	if err != nil || r.Valid || r.InvalidReason != "late" || r.Offered != 10 {
+		t.Fatalf("invalid run: %+v, %v; want the result with its reason", r, err)
+	}
+	if b, err := os.ReadFile(out); err != nil || !strings.Contains(string(b), `"late"`) {
+		t.Errorf("result not kept at %s: %q, %v", out, b, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "log")); string(b) != "late starts\n" {
+		t.Errorf("stderr not kept: %q", b)
+	}
+	broken := script("broken", `echo 'no such flag' >&2; exit 2`)
+	if _, err := execLoadgen(context.Background(), []string{broken}, out, filepath.Join(dir, "log2")); err == nil || !strings.Contains(err.Error(), "no such flag") {
+		t.Errorf("failed run: err %v, want one quoting its stderr", err)
 	}
 }

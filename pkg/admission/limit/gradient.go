@@ -25,12 +25,12 @@ import "math"
 //     term, drained such a backend's limit to its floor).
 //   - Hold and HoldMax (low-tail settings 20 and 100 windows; 0 in the defaults): where the
 //     medians are steady enough to see one request queued at the knee (the noise term within
-//     the buffer) and requests wait for the limit, a drain lands on the served concurrency rounded to a whole number and the
-//     limit rests there; then it probes one above it (steps are whole there: at a fractional
-//     limit the queue's lead lends nothing, and a half step measured that loss as much as its
-//     own gain), lets the step act for a window and keeps it only if the upstream served at
-//     least half the step more; a failed probe lands back, marks the knee and doubles the
-//     rest. Growing from the knee every window put the limit a step above it every other
+//     the buffer) and requests wait for the limit, a drain lands on the served concurrency
+//     rounded to a whole number and the limit rests there; then it probes one above it
+//     (steps are whole there: at a fractional limit the queue's lead lends nothing, and a
+//     half step measured that loss as much as its own gain), lets the step act for a window
+//     and keeps it only if the upstream served at least half the step more; a failed probe
+//     lands back, marks the knee and doubles the rest. Growing from the knee every window put the limit a step above it every other
 //     window, and each request admitted then waits inside the upstream for the next
 //     completion (a whole service time when a constant-time backend's workers finish
 //     together), which was most of the admitted p99 at 2x and 5x. A drain that lands below the
@@ -40,9 +40,9 @@ import "math"
 //   - A drain that did not lower the latency (low-tail settings only: the next window is as
 //     slow, at least 90% of the excess, and at most 25% over the estimate: a larger excess
 //     right after a drain is the lag of a queue) says the excess is not a queue the limit
-//     holds: a no-load estimate learned too low (a busy node's sidecar takes its own delay off the samples, and
-//     at a 5x start it took off too much, so the estimate sat 14% under the upstream's 20 ms for
-//     the estimator's ten-second memory) or a latency others cause. Draining on took the limit
+//     holds: a no-load estimate learned too low (a busy node's sidecar takes its own delay
+//     off the samples, and at a 5x start it took off too much, so the estimate sat 14% under
+//     the upstream's 20 ms for the estimator's ten-second memory) or a latency others cause. Draining on took the limit
 //     from 8 to 1. The limit holds instead, and that latency, at most 25% over the estimate,
 //     stands for the no-load one until the estimate reaches it, the latency falls below it, or
 //     HoldMax windows pass; the served concurrency that floors a drain is still reckoned with
