@@ -310,7 +310,7 @@ func (r *AdaptiveResult) markdown(w *strings.Builder) {
 	fmt.Fprintf(w, "Backends: %s; constant service, or slow-tail (the project's slow-tail model scaled to the service time: stddev S/4, 1%% of requests in an exponential tail of mean 15 S clamped to [5 S, 100 S], which takes about an eighth of C); client timeout %s. Each point: %s of the same load unmeasured (warm-up), then %s measured; fresh backend and target per point. Limits traced every %s (loadshed: `loadshed_limit` on /metrics; Envoy: the gradient controller's `concurrency_limit` on its admin /stats). Nobody is told the capacity.\n\n",
 		backends, c.ClientTimeout, c.Warmup, c.PointDuration, c.TraceEvery)
 	if c.Generator == GeneratorLoadgen {
-		fmt.Fprintf(w, "Load: `cmd/loadgen` (--generator loadgen), overload.js's load without k6: evenly spaced arrivals at K x C, latency counted from each request's scheduled time (k6 counts from when it sent the request), no outside-the-backend latency. Raw results: `k6/*.loadgen.json`.\n\n")
+		fmt.Fprintf(w, "Load: `cmd/loadgen` (--generator loadgen), overload.js's load without k6: evenly spaced arrivals at K x C, latency counted from each request's scheduled time (k6 counts from when it sent the request), no outside-the-backend latency. The warm-up is the same run's first part (loadgen --warmup), so the measured window starts and ends with the requests in flight of a steady state (a window that starts empty credits each target with what it holds in flight when the load stops). Raw results: `k6/*.loadgen.json`.\n\n")
 	} else {
 		fmt.Fprintf(w, "Load: k6, `loadtest/k6/overload.js` (constant arrival rate).\n\n")
 	}

@@ -132,3 +132,66 @@ func TestExecLoadgenKeepsInvalidRuns(t *testing.T) {
 		t.Errorf("failed run: err %v, want one quoting its stderr", err)
 	}
 }
+
+// A warm-up with the loadgen generator is the measured run's first part: one run of warm-up
+// plus duration with --warmup, measuring called while it is under way (the script waits for
+// it), and the summary's duration the measured part only.
+func TestRunLoadgenScenarioWarmsInTheSameRun(t *testing.T) {
+	dir := t.TempDir()
+	args, mark := filepath.Join(dir, "args"), filepath.Join(dir, "measuring")
+	fake := filepath.Join(dir, "loadgen")
+	body := "#!/bin/sh\necho \"$@\" > " + args + "\n" +
+		"i=0; until [ -e " + mark + " ]; do i=$((i+1)); [ $i -gt 1000 ] && exit 3; sleep 0.01; done\n" +
+		`echo '{"offered": 40, "sent": 40, "success": 40, "goodput": 40, "offeredRps": 100, "goodputRps": 100, "valid": true}'` + "\n"
+	if err := os.WriteFile(fake, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Generator: GeneratorLoadgen, ClientTimeout: time.Second}
+	sc := Scenario{Script: "overload.js", Warmup: 20 * time.Millisecond, Env: map[string]string{"K": "1", "DURATION": "400ms"}}
+	if !warmsInRun(cfg, sc) || warmsInRun(Config{ClientTimeout: time.Second}, sc) {
+		t.Fatal("warmsInRun: want true for loadgen with a warm-up only")
+	}
+	calls := 0
+	measuring := func() {
+		calls++
+		if err := os.WriteFile(mark, nil, 0o644); err != nil {
+			t.Error(err)
+		}
+	}
+	summary := filepath.Join(dir, "s.json")
+	if err := runLoadgenScenario(context.Background(), cfg, testLimits(t), Binaries{Loadgen: fake}, -1, sc, "http://u", summary, filepath.Join(dir, "l.log"), measuring); err != nil {
+		t.Fatal(err)
+	}
+	if calls != 1 {
+		t.Errorf("measuring called %d times, want 1", calls)
+	}
+	got, _ := os.ReadFile(args)
+	for _, want := range []string{"--duration 420ms", "--warmup 20ms"} {
+		if !strings.Contains(string(got), want) {
+			t.Errorf("loadgen args %q: want %q", got, want)
+		}
+	}
+	s, err := k6summary.Read(summary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.DurationS != 0.4 {
+		t.Errorf("summary duration %v s, want the measured 0.4", s.DurationS)
+	}
+}
+
+// A run that ends before its warm-up does never reports its window as measured.
+func TestExecLoadgenAtEndsEarly(t *testing.T) {
+	dir := t.TempDir()
+	fake := filepath.Join(dir, "loadgen")
+	if err := os.WriteFile(fake, []byte("#!/bin/sh\necho '{\"valid\": true}'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	called := false
+	if _, err := execLoadgenAt(context.Background(), []string{fake}, filepath.Join(dir, "r.json"), filepath.Join(dir, "log"), time.Hour, func() { called = true }); err != nil {
+		t.Fatal(err)
+	}
+	if called {
+		t.Error("at called for a run that ended before it")
+	}
+}

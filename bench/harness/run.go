@@ -567,7 +567,7 @@ func runPoint(ctx context.Context, cfg Config, res *Result, bins Binaries, t Tar
 			defer tr.stop()
 		}
 	}
-	if sc.Warmup > 0 {
+	if sc.Warmup > 0 && !warmsInRun(cfg, sc) {
 		// The same load, unmeasured: the adaptive limits settle before the figures start.
 		warm := sc
 		warm.Env = map[string]string{}
@@ -582,11 +582,13 @@ func runPoint(ctx context.Context, cfg Config, res *Result, bins Binaries, t Tar
 		}
 	}
 	var before usage
-	if st.target != nil {
-		before = st.usage()
-	}
-	if tr != nil {
-		p.TraceStart = tr.elapsed()
+	measuring := func() {
+		if st.target != nil {
+			before = st.usage()
+		}
+		if tr != nil {
+			p.TraceStart = tr.elapsed()
+		}
 	}
 	summaryPath := filepath.Join(cfg.OutDir, "k6", name+".json")
 	if sc.Script == "capacity-drop.js" {
@@ -597,7 +599,14 @@ func runPoint(ctx context.Context, cfg Config, res *Result, bins Binaries, t Tar
 		}
 		sc.Env = env
 	}
-	if err := runLoad(ctx, cfg, res.Limits, bins, k6CPU, sc, st.launch.URL, summaryPath, filepath.Join(work, "points", name, "k6.log")); err != nil {
+	logPath := filepath.Join(work, "points", name, "k6.log")
+	if warmsInRun(cfg, sc) {
+		err = runLoadgenScenario(ctx, cfg, res.Limits, bins, k6CPU, sc, st.launch.URL, summaryPath, logPath, measuring)
+	} else {
+		measuring()
+		err = runLoad(ctx, cfg, res.Limits, bins, k6CPU, sc, st.launch.URL, summaryPath, logPath)
+	}
+	if err != nil {
 		p.Err = err.Error()
 		return p
 	}

@@ -232,6 +232,11 @@ func (c *controller) sample(now time.Time, rtt time.Duration, o Outcome, cur flo
 			slices.Sort(c.rtts)
 			w.RTT = c.rtts[len(c.rtts)/2]
 			w.RTTNoise = c.noise.Observe(limit.MedianNoise(c.rtts))
+			var sum time.Duration
+			for _, r := range c.rtts {
+				sum += r
+			}
+			w.Skew = max(0, sum/time.Duration(len(c.rtts))-w.RTT)
 			// The no-load estimate is the lowest window median seen lately, not the lowest
 			// sample: algorithms compare it with a window median, and a backend whose service
 			// time varies (a slow tail, a normal spread) has a low percentile well below its

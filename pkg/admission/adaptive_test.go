@@ -65,6 +65,9 @@ func TestAdaptiveWindowsFeedTheAlgorithm(t *testing.T) {
 	if w.Samples != 5 || w.Dropped != 0 || w.RTT != 20*time.Millisecond || w.MaxInFlight != 4 {
 		t.Fatalf("window %+v, want 5 samples, p50 20ms, max in flight 4", w)
 	}
+	if w.Skew != 2*time.Millisecond {
+		t.Fatalf("skew %v, want the mean 22ms less the median 20ms", w.Skew)
+	}
 	if w.MinRTT != 20*time.Millisecond {
 		t.Fatalf("min RTT %v, want 20ms", w.MinRTT)
 	}

@@ -288,12 +288,22 @@ func TestGradient(t *testing.T) {
 		knee := Window{Samples: 40, RTT: 30 * ms, RTTNoise: ms, MinRTT: m, MaxInFlight: 10, Backlog: 3, Duration: 100 * ms}
 		clean := knee
 		clean.RTT = m
-		grown := 8*(1.05+0.15) + 0.5
+		grown := 9*(1.05+0.15) + 0.5
 		runSteps(t, a, 10, []step{
-			{"drain to the served 8, no rounding, no rest", knee, 8},
+			{"drain to the served 8 and one waiting inside the upstream, no rest", knee, 9},
 			{"grow at once: x (1.05 + 3 x 5%) + 0.5", clean, grown},
 			{"and again", clean, grown*1.2 + 0.5},
 		})
+		// A slow tail: the mean lies 4 ms above the median, and the upstream's workers spend
+		// 24 ms per request, not the 20 ms the median says: 40 completions in 100 ms kept 9.6
+		// of them busy.
+		tail := knee
+		tail.Skew = 4 * ms
+		b := newAlg(t, NewGradient, TailGradient())
+		runSteps(t, b, 12, []step{{"drain to the mean's served 9.6, plus one", tail, 10.6}})
+		// Never above the limit, and the defaults drain to the served concurrency alone.
+		runSteps(t, newAlg(t, NewGradient, TailGradient()), 10, []step{{"capped at the limit", tail, 10}})
+		runSteps(t, newAlg(t, NewGradient, DefaultGradient()), 12, []step{{"defaults: the served 8", tail, 8}})
 	})
 	t.Run("low-tail settings: a window spanning idle time does not rest", func(t *testing.T) {
 		a := newAlg(t, NewGradient, TailGradient())

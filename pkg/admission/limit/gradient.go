@@ -57,6 +57,11 @@ import "math"
 //     The drain does not go below the concurrency the window actually served (completions per
 //     second x MinRTT, Little's law again): the window's median lags the limit, and without
 //     that floor a drain from a high limit landed at 0.9 W and left a queued request waiting.
+//     With the low-tail settings and a spread service time (medians too noisy to rest) the
+//     floor is the served concurrency reckoned with the window's mean (MinRTT + Window.Skew)
+//     plus one request waiting inside the upstream: finishes that spread are beyond the lead,
+//     so a limit of exactly W idles each freed worker for the hop, and a slow tail keeps
+//     workers busy that a median leaves out.
 //   - HoldWhenAppLimited: a window whose demand did not test the limit (MaxInFlight*2 < L) may
 //     lower it but not raise it. Envoy raises the limit by up to 2x per quiet window, so after
 //     a quiet minute the limit sits at its maximum and the next burst meets no protection.
@@ -109,9 +114,10 @@ func DefaultGradient() Gradient {
 // buffer 5% plus three times the medians' noise, rest 20 windows at the knee, probe at most
 // every 100. Together with the adaptive queue's lead and short wait (queue.lead 750us,
 // queue.waitPerRTT 0.1) they hold a constant-time backend's limit on its workers and the
-// admitted p99 at 1.07-1.5x the unloaded one where the defaults reach 1.7-2x, for up to half a
-// point of goodput against Envoy's adaptive_concurrency (docs/benchmarks.md, "The adaptive
-// tail").
+// admitted p99 at 1.1-1.35x the unloaded one where the defaults reach 1.7-2x (1.69x in one
+// probe-heavy run on 4 workers), at 0.990-1.002x the goodput of Envoy's adaptive_concurrency;
+// a backend whose service time spreads keeps one request waiting inside it
+// (docs/benchmarks.md, "The adaptive tail").
 func TailGradient() Gradient {
 	g := DefaultGradient()
 	g.Buffer, g.NoiseBuffer, g.Hold, g.HoldMax = 0.05, 3, 20, 100
@@ -270,6 +276,17 @@ func (g *gradient) Update(limit float64, w Window) float64 {
 		served, ok := w.served(est)
 		if ok {
 			next = math.Max(next, math.Min(served, limit))
+		}
+		if g.c.Hold > 0 && !precise {
+			// Low-tail settings, a spread service time: the drain leaves one request waiting
+			// inside the upstream. The lead cannot hand a slot over where finishes are this
+			// hard to foresee, and a limit of exactly the workers idles each freed one for the
+			// hop (with the slow tail, 15-20% of the time at 8 of 8, 25-40% at 4 of 4, for
+			// 1-1.5% of the goodput). The concurrency served is reckoned with the mean: the
+			// no-load estimate is a median, and the tail's share (Skew) keeps workers busy too.
+			if spread, ok := w.served(est + w.Skew.Seconds()); ok {
+				next = math.Max(next, math.Min(spread+1, limit))
+			}
 		}
 		if precise && w.Backlog > 0 && ok && served >= 0.75*math.Min(float64(w.MaxInFlight), limit) {
 			// Requests were waiting for the limit and the upstream served about what was in

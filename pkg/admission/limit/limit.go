@@ -17,8 +17,12 @@ type Window struct {
 	// spread as this window's were (from their spread below the median), 0 if unknown. A window's
 	// median wanders by about this much with no queue at all; a constant-time backend has
 	// almost none, one whose service time spreads has a lot.
-	RTTNoise    time.Duration
-	MinRTT      time.Duration // the no-load latency estimate from the MinRTT estimator (0 if unknown yet)
+	RTTNoise time.Duration
+	MinRTT   time.Duration // the no-load latency estimate from the MinRTT estimator (0 if unknown yet)
+	// Skew is how far the successful samples' mean lies above their median (0 if not above): a
+	// slow tail's share of the time the upstream spends per request, which a median leaves
+	// out. With 1% of requests at 15 service times it is an eighth of the mean.
+	Skew        time.Duration
 	MaxInFlight int           // the most requests in flight at once during the window
 	Backlog     int           // requests waiting in the limiter's own queue at the window's end
 	Duration    time.Duration // how long the window lasted (0 if unknown)
