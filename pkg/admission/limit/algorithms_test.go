@@ -191,20 +191,21 @@ func TestGradient(t *testing.T) {
 	})
 	t.Run("low-tail settings rest at the knee and probe above it", func(t *testing.T) {
 		a := newAlg(t, NewGradient, TailGradient())
+		h := TailGradient().Hold
 		// 8 workers x 20 ms behind a limit of 10 with requests waiting: 40 completions in 100 ms
 		// at MinRTT 20 ms served 8 at once; RTT 25 ms.
 		knee := Window{Samples: 40, RTT: 25 * ms, MinRTT: m, MaxInFlight: 10, Backlog: 3, Duration: 100 * ms}
 		clean := Window{Samples: 40, RTT: m, MinRTT: m, MaxInFlight: 8, Backlog: 3, Duration: 100 * ms}
 		steps := []step{{"the knee: land on the served 8", knee, 8}}
-		for i := range 20 {
-			steps = append(steps, step{fmt.Sprintf("rest %d of 20", i+1), clean, 8})
+		for i := range h {
+			steps = append(steps, step{fmt.Sprintf("rest %d of %d", i+1, h), clean, 8})
 		}
 		// The probe: one more (headroom 0.5, in whole steps), then a window to let it act, then
 		// judged by what was served.
 		steps = append(steps, step{"probe +1", clean, 9}, step{"let the step act", clean, 9},
 			step{"served 8 again, not half the step more: back to 8", clean, 8})
-		for i := range 40 {
-			steps = append(steps, step{fmt.Sprintf("rest %d of 40 (doubled)", i+1), clean, 8})
+		for i := range 2 * h {
+			steps = append(steps, step{fmt.Sprintf("rest %d of %d (doubled)", i+1, 2*h), clean, 8})
 		}
 		more := clean
 		more.Samples, more.MaxInFlight = 44, 9 // served 8.8: a step of 1 used
@@ -220,12 +221,13 @@ func TestGradient(t *testing.T) {
 	})
 	t.Run("low-tail settings: a slow window below the knee returns to it", func(t *testing.T) {
 		a := newAlg(t, NewGradient, TailGradient())
+		h := TailGradient().Hold
 		at := func(l float64, rtt time.Duration) Window {
 			// 8 workers x 20 ms behind a limit of l with requests waiting.
 			return Window{Samples: int(math.Min(l, 8) * 5), RTT: rtt, MinRTT: m, MaxInFlight: int(l), Backlog: 3, Duration: 100 * ms}
 		}
 		steps := []step{{"the knee: land on the served 8", at(10, 25*ms), 8}}
-		for range 20 {
+		for range h {
 			steps = append(steps, step{"rest", at(8, m), 8})
 		}
 		steps = append(steps, step{"probe +1", at(8, m), 9}, step{"let it act", at(9, m), 9},
@@ -234,8 +236,8 @@ func TestGradient(t *testing.T) {
 			step{"one slow window: drain to 7", Window{Samples: 36, RTT: 21400 * time.Microsecond, MinRTT: m, MaxInFlight: 8, Backlog: 2, Duration: 100 * ms}, 7},
 			step{"rest a window", at(7, m), 7},
 			step{"back to the knee", at(7, m), 8})
-		for i := range 40 {
-			steps = append(steps, step{fmt.Sprintf("rest %d of 40 at the knee", i+1), at(8, m), 8})
+		for i := range 2 * h {
+			steps = append(steps, step{fmt.Sprintf("rest %d of %d at the knee", i+1, 2*h), at(8, m), 8})
 		}
 		runSteps(t, a, 10, steps)
 
@@ -246,7 +248,7 @@ func TestGradient(t *testing.T) {
 			return Window{Samples: int(math.Min(l, 7) * 5), RTT: time.Duration(float64(m) * math.Max(l/7, 1)), MinRTT: m, MaxInFlight: int(l), Backlog: 3, Duration: 100 * ms}
 		}
 		steps = []step{{"the knee: land on the served 8", at(10, 25*ms), 8}}
-		for range 20 {
+		for range h {
 			steps = append(steps, step{"rest", at(8, m), 8})
 		}
 		steps = append(steps, step{"probe +1", at(8, m), 9}, step{"let it act", at(9, m), 9},
@@ -255,8 +257,8 @@ func TestGradient(t *testing.T) {
 			step{"rest a window", seven(7), 7},
 			step{"back to the knee", seven(7), 8},
 			step{"slow again: drain to 7, the knee is gone", seven(8), 7})
-		for i := range 40 {
-			steps = append(steps, step{fmt.Sprintf("rest %d of 40 at 7", i+1), seven(7), 7})
+		for i := range 2 * h {
+			steps = append(steps, step{fmt.Sprintf("rest %d of %d at 7", i+1, 2*h), seven(7), 7})
 		}
 		runSteps(t, b, 10, steps)
 	})
