@@ -17,9 +17,11 @@ const maxAdminBody = 64 << 10
 //
 //	GET  /admin/config  the current model as JSON, durations as Go duration strings:
 //	                    {"workers":8,"mean":"20ms","stddev":"5ms","tailProb":0.01,
-//	                     "tailMean":"300ms","tailMin":"100ms","tailMax":"2s","fanout":1}
+//	                     "tailMean":"300ms","tailMin":"100ms","tailMax":"2s","fanout":1,
+//	                     "seed":1}
 //	POST /admin/config  a partial object of the same fields; applied at once (workers may shrink
-//	                    or grow under load) and answered with the new config. Unknown fields,
+//	                    or grow under load) and answered with the new config. A "seed", even
+//	                    the current one, starts the service-time sequence over from it. Unknown fields,
 //	                    wrong types and invalid values get 400 with {"errors":["field: problem",
 //	                    ...]} and change nothing.
 //	GET  /healthz       200 "ok", or 503 once the Server is closed
@@ -63,7 +65,7 @@ func (s *Server) postConfig(w http.ResponseWriter, r *http.Request) {
 	defer s.adminMu.Unlock()
 	// Fields that did not parse keep their current (valid) values, so Validate reports only the
 	// problems of the fields that did: the client learns of every problem at once.
-	next, problems := applyPatch(s.Config(), body)
+	next, reseed, problems := applyPatch(s.Config(), body)
 	problems = append(problems, Problems(next.Validate())...)
 	if len(problems) > 0 {
 		writeJSON(w, http.StatusBadRequest, errorsJSON{problems})
@@ -72,6 +74,9 @@ func (s *Server) postConfig(w http.ResponseWriter, r *http.Request) {
 	if err := s.Update(next); err != nil { // validated above; kept for safety
 		writeJSON(w, http.StatusBadRequest, errorsJSON{Problems(err)})
 		return
+	}
+	if reseed {
+		s.Reseed(next.Seed)
 	}
 	writeJSON(w, http.StatusOK, toJSON(s.Config()))
 }

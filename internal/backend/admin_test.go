@@ -6,10 +6,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/loadshed/loadshed/internal/slowtail"
 )
 
 // The exact JSON of the shared contract for the default config.
-const defaultConfigJSON = `{"workers":8,"mean":"20ms","stddev":"5ms","tailProb":0.01,"tailMean":"300ms","tailMin":"100ms","tailMax":"2s","fanout":1}` + "\n"
+const defaultConfigJSON = `{"workers":8,"mean":"20ms","stddev":"5ms","tailProb":0.01,"tailMean":"300ms","tailMin":"100ms","tailMax":"2s","fanout":1,"seed":1}` + "\n"
 
 func TestAdminGetConfig(t *testing.T) {
 	f := newFixture(t, DefaultConfig())
@@ -31,7 +34,7 @@ func TestAdminGetConfig(t *testing.T) {
 func TestAdminPostConfig(t *testing.T) {
 	f := newFixture(t, DefaultConfig())
 	code, body := f.post(`{"workers": 3, "mean": "10ms", "stddev": "0s", "tailProb": 0}`)
-	want := `{"workers":3,"mean":"10ms","stddev":"0s","tailProb":0,"tailMean":"300ms","tailMin":"100ms","tailMax":"2s","fanout":1}` + "\n"
+	want := `{"workers":3,"mean":"10ms","stddev":"0s","tailProb":0,"tailMean":"300ms","tailMin":"100ms","tailMax":"2s","fanout":1,"seed":1}` + "\n"
 	if code != http.StatusOK || body != want {
 		t.Fatalf("POST = %d %s, want 200 %s", code, body, want)
 	}
@@ -76,6 +79,9 @@ func TestAdminPostInvalid(t *testing.T) {
 		{`[1,2]`, []string{"body"}},
 		{``, []string{"body"}},
 		{`{"mean":"1ms","mean2":"x","fanout":-1}`, []string{"fanout", "mean2"}},
+		{`{"seed":-1}`, []string{"seed"}},
+		{`{"seed":1.5}`, []string{"seed"}},
+		{`{"seed":"7","workers":0}`, []string{"seed", "workers"}},
 	}
 	for _, tt := range tests {
 		code, body := f.post(tt.body)
@@ -101,6 +107,62 @@ func TestAdminPostInvalid(t *testing.T) {
 	big := `{"mean":"` + strings.Repeat("1", maxAdminBody) + `ms"}`
 	if code, _ := f.post(big); code != http.StatusRequestEntityTooLarge {
 		t.Fatalf("oversized POST = %d, want 413", code)
+	}
+}
+
+// A POSTed seed starts the service-time sequence over, even when it is the current one; any
+// other patch keeps the sequence where it is.
+func TestAdminPostSeed(t *testing.T) {
+	f := newFixture(t, DefaultConfig())
+	draws := func(n int) []time.Duration {
+		out := make([]time.Duration, n)
+		for i := range out {
+			out[i] = f.s.sample()
+		}
+		return out
+	}
+	fresh := func(seed uint64, n int) []time.Duration {
+		sm := slowtail.New(DefaultConfig().Service, seed)
+		out := make([]time.Duration, n)
+		for i := range out {
+			out[i] = sm.Sample()
+		}
+		return out
+	}
+	if got, want := draws(5), fresh(1, 5); !slices.Equal(got, want) {
+		t.Fatalf("first draws %v, want seed 1's %v", got, want)
+	}
+	code, body := f.post(`{"seed": 7}`)
+	if want := strings.Replace(defaultConfigJSON, `"seed":1`, `"seed":7`, 1); code != 200 || body != want {
+		t.Fatalf(`POST {"seed": 7} = %d %s, want 200 %s`, code, body, want)
+	}
+	first := draws(50)
+	if want := fresh(7, 50); !slices.Equal(first, want) {
+		t.Fatalf("draws after seed 7 %v, want a fresh seed 7's %v", first, want)
+	}
+	if slices.Equal(first, fresh(1, 50)) {
+		t.Fatal("seeds 1 and 7 drew the same 50 service times")
+	}
+	// The same seed again: the sequence starts over.
+	if code, _ := f.post(`{"seed": 7}`); code != 200 {
+		t.Fatalf(`second POST {"seed": 7} = %d`, code)
+	}
+	if got := draws(5); !slices.Equal(got, first[:5]) {
+		t.Fatalf("draws after the same seed %v, want %v", got, first[:5])
+	}
+	// A patch without a seed leaves the sequence where it is.
+	if code, _ := f.post(`{"workers": 4}`); code != 200 {
+		t.Fatalf(`POST {"workers": 4} = %d`, code)
+	}
+	if got := draws(5); !slices.Equal(got, first[5:10]) {
+		t.Fatalf("draws after a patch without a seed %v, want %v", got, first[5:10])
+	}
+	// An invalid patch with a seed changes nothing.
+	if code, _ := f.post(`{"seed": 3, "workers": 0}`); code != http.StatusBadRequest {
+		t.Fatalf(`POST {"seed": 3, "workers": 0} = %d, want 400`, code)
+	}
+	if got := draws(5); !slices.Equal(got, first[10:15]) {
+		t.Fatalf("draws after an invalid patch %v, want %v", got, first[10:15])
 	}
 }
 

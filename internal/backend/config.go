@@ -24,7 +24,8 @@ type Config struct {
 	// Service is the service-time distribution.
 	Service slowtail.Config
 	// Seed seeds the service-time sampler. Draws happen in the order requests start service, so
-	// with concurrent clients the sequence a given request sees depends on arrival order.
+	// with concurrent clients the sequence a given request sees depends on arrival order. Only
+	// Reseed (the admin's "seed" field) changes it after New: the sequence then starts over.
 	Seed uint64
 }
 
@@ -104,6 +105,10 @@ type configJSON struct {
 	TailMin  string  `json:"tailMin"`
 	TailMax  string  `json:"tailMax"`
 	Fanout   int     `json:"fanout"`
+	// Seed is the seed the service-time sequence last started from; POSTed, it starts the
+	// sequence over from it (a bench's measured window then draws the same service times, in
+	// the same order, whatever a warm-up drew before it).
+	Seed uint64 `json:"seed"`
 }
 
 func toJSON(c Config) configJSON {
@@ -111,17 +116,20 @@ func toJSON(c Config) configJSON {
 	return configJSON{
 		Workers: c.Workers, Mean: s.Mean.String(), Stddev: s.Stddev.String(), TailProb: s.TailProb,
 		TailMean: s.TailMean.String(), TailMin: s.TailMin.String(), TailMax: s.TailMax.String(), Fanout: s.Fanout,
+		Seed: c.Seed,
 	}
 }
 
 // applyPatch decodes a partial JSON object of configJSON's fields and applies it to c. It returns
-// the new Config and every problem found (unknown fields, wrong types, unparsable durations),
-// each naming its field; it does not run Validate.
-func applyPatch(c Config, body []byte) (Config, []string) {
+// the new Config, whether the patch names a seed (the sequence then starts over from c.Seed,
+// even the same one) and every problem found (unknown fields, wrong types, unparsable
+// durations), each naming its field; it does not run Validate.
+func applyPatch(c Config, body []byte) (Config, bool, []string) {
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(body, &raw); err != nil || raw == nil {
-		return c, []string{"body: must be a JSON object with fields of " + fieldList()}
+		return c, false, []string{"body: must be a JSON object with fields of " + fieldList()}
 	}
+	_, reseed := raw["seed"]
 	keys := make([]string, 0, len(raw))
 	for k := range raw {
 		keys = append(keys, k)
@@ -176,13 +184,17 @@ func applyPatch(c Config, body []byte) (Config, []string) {
 			duration(k, v, &s.TailMin)
 		case "tailMax":
 			duration(k, v, &s.TailMax)
+		case "seed":
+			if err := json.Unmarshal(v, &c.Seed); err != nil {
+				bad(k, "must be a non-negative integer, got "+string(v))
+			}
 		default:
 			bad(k, "unknown field; known fields are "+fieldList())
 		}
 	}
-	return c, problems
+	return c, reseed, problems
 }
 
 func fieldList() string {
-	return "workers, mean, stddev, tailProb, tailMean, tailMin, tailMax, fanout"
+	return "workers, mean, stddev, tailProb, tailMean, tailMin, tailMax, fanout, seed"
 }

@@ -176,7 +176,7 @@ func (s *Server) Config() Config {
 	return c
 }
 
-// Update applies c's Workers and Service at once; Seed cannot change after New and is ignored.
+// Update applies c's Workers and Service at once; Seed is ignored (see Reseed).
 // Running and waiting requests keep their place; new service times come from the new model.
 func (s *Server) Update(c Config) error {
 	if err := c.Validate(); err != nil {
@@ -188,6 +188,15 @@ func (s *Server) Update(c Config) error {
 	s.mu.Unlock()
 	s.pool.setWorkers(c.Workers)
 	return nil
+}
+
+// Reseed starts the service-time sequence over from seed: the next request to start service
+// draws what the first one of a new Server with this seed and the current model would.
+func (s *Server) Reseed(seed uint64) {
+	s.mu.Lock()
+	s.cfg.Seed = seed
+	s.sampler = slowtail.New(s.cfg.Service, seed)
+	s.mu.Unlock()
 }
 
 // SetWorkers changes the worker count under load. Growing starts waiting requests at once;

@@ -170,6 +170,9 @@ type controller struct {
 	rtts                 []time.Duration
 	dropped, maxInFlight int
 	lastRTT              time.Duration
+	// held is the permits in flight when the current window began that have not been released
+	// since (Window.Held at its end).
+	held int64
 }
 
 func newController(c AdaptiveConfig) *controller {
@@ -203,11 +206,14 @@ func (c *controller) grow(now time.Time, cur, want float64) float64 {
 	return min(max(cur, want), c.slowCap, c.max)
 }
 
-// sample takes one outcome and returns the limit, updated when a window closes.
-func (c *controller) sample(now time.Time, rtt time.Duration, o Outcome, cur float64, backlog int) float64 {
+// sample takes one outcome and returns the limit, updated when a window closes: the request
+// was admitted at granted with cost permits, and inUse permits are still in flight after it.
+func (c *controller) sample(now time.Time, rtt time.Duration, o Outcome, cur float64, backlog int, granted time.Time, cost, inUse int64) float64 {
 	if c.start.IsZero() {
 		c.start = now
 		c.slowUntil = now.Add(c.slowStart)
+	} else if granted.Before(c.start) {
+		c.held = max(0, c.held-cost)
 	}
 	switch o {
 	case Success:
@@ -227,7 +233,7 @@ func (c *controller) sample(now time.Time, rtt time.Duration, o Outcome, cur flo
 	}
 	next := cur
 	if n > 0 {
-		w := limit.Window{Samples: len(c.rtts), Dropped: c.dropped, MaxInFlight: c.maxInFlight, Backlog: backlog, Duration: elapsed}
+		w := limit.Window{Samples: len(c.rtts), Dropped: c.dropped, MaxInFlight: c.maxInFlight, Backlog: backlog, Duration: elapsed, Held: int(c.held)}
 		if len(c.rtts) > 0 {
 			slices.Sort(c.rtts)
 			w.RTT = c.rtts[len(c.rtts)/2]
@@ -270,6 +276,7 @@ func (c *controller) sample(now time.Time, rtt time.Duration, o Outcome, cur flo
 		next = min(max(next, c.min), c.max)
 	}
 	c.start = now
+	c.held = inUse
 	c.rtts = c.rtts[:0]
 	c.dropped = 0
 	c.maxInFlight = 0

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -83,6 +84,47 @@ func TestAdaptiveWindowsFeedTheAlgorithm(t *testing.T) {
 	if st := core.Stats(now); st.Limit != 6 {
 		t.Fatalf("limit %v, want the ceiling 6", st.Limit)
 	}
+}
+
+// Window.Held counts the permits admitted before a window began and still in flight at its end:
+// a request released within the window is not held, whenever it was admitted.
+func TestAdaptiveWindowsCountHeldPermits(t *testing.T) {
+	rec := &recorder{next: func(cur float64, w limit.Window) float64 { return cur }}
+	core := must(admission.NewAdaptive(admission.AdaptiveConfig{
+		Algorithm: rec, InitialLimit: 16, MinLimit: 1, MaxLimit: 16,
+		Window: 100 * time.Millisecond, MinSamples: 1,
+	}))
+	var ev admission.Events
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	admit := func(at time.Time, cost int64) *admission.Ticket {
+		t.Helper()
+		tk := &admission.Ticket{}
+		tk.Reset(admission.Request{Priority: admission.Critical, Cost: cost}, at)
+		if core.Offer(at, tk, &ev) != admission.Admitted {
+			t.Fatalf("offer at %v: not admitted", at.Sub(t0))
+		}
+		return tk
+	}
+	release := func(at time.Time, tk *admission.Ticket) { core.Release(at, tk, admission.Success, &ev) }
+	l1, l2, l3 := admit(t0, 1), admit(t0, 1), admit(t0, 2)
+	release(ms(10), admit(t0, 1)) // the first sample starts the first window
+	release(ms(120), admit(ms(110), 1))
+	// Window 1 (10-120 ms) began with nothing known in flight; it ends with l1-l3 (4 permits).
+	release(ms(150), l1)
+	s3, s4 := admit(ms(150), 1), admit(ms(200), 1)
+	release(ms(230), s3)
+	// Window 2 (120-230 ms): l1 finished in it, s3 and s4 began in it.
+	release(ms(260), s4)
+	release(ms(400), l2)
+	// Window 3 (230-400 ms): s4 began before it but finished in it, l2 finished at its end.
+	var held []int
+	for _, w := range rec.windows {
+		held = append(held, w.Held)
+	}
+	if want := []int{0, 3, 2}; !slices.Equal(held, want) {
+		t.Fatalf("held permits per window %v, want %v (l2 and l3's 1+2, then l3's 2)", held, want)
+	}
+	release(ms(410), l3)
 }
 
 func TestAdaptiveDropsAndIgnores(t *testing.T) {

@@ -483,7 +483,7 @@ func (s *semaphore) Release(now time.Time, t *Ticket, o Outcome, ev *Events) {
 		if t.RTT > 0 {
 			rtt = t.RTT
 		}
-		s.limit = s.adapt.sample(now, rtt, o, s.limit, s.q.len())
+		s.limit = s.adapt.sample(now, rtt, o, s.limit, s.q.len(), t.Granted, t.cost, s.inUse)
 	}
 	s.grant(now, ev)
 }

@@ -303,9 +303,16 @@ func TestGradient(t *testing.T) {
 		tail.Skew = 4 * ms
 		b := newAlg(t, NewGradient, TailGradient())
 		runSteps(t, b, 12, []step{{"drain to the mean's served 9.6, plus one", tail, 10.6}})
+		// Two slow requests held workers through the whole window without completing in it:
+		// 30 completions kept 7.2 busy at 24 ms each, and the two held 2 more.
+		held := tail
+		held.Samples, held.Held = 30, 2
+		runSteps(t, newAlg(t, NewGradient, TailGradient()), 12, []step{{"drain to the 7.2 served and the 2 held, plus one", held, 10.2}})
 		// Never above the limit, and the defaults drain to the served concurrency alone.
 		runSteps(t, newAlg(t, NewGradient, TailGradient()), 10, []step{{"capped at the limit", tail, 10}})
+		runSteps(t, newAlg(t, NewGradient, TailGradient()), 10, []step{{"with the held ones too", held, 10}})
 		runSteps(t, newAlg(t, NewGradient, DefaultGradient()), 12, []step{{"defaults: the served 8", tail, 8}})
+		runSteps(t, newAlg(t, NewGradient, DefaultGradient()), 9, []step{{"defaults: by latency (x 20/30) to the served 6, the held not counted", held, 6}})
 	})
 	t.Run("low-tail settings: a window spanning idle time does not rest", func(t *testing.T) {
 		a := newAlg(t, NewGradient, TailGradient())

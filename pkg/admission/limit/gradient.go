@@ -59,9 +59,11 @@ import "math"
 //     that floor a drain from a high limit landed at 0.9 W and left a queued request waiting.
 //     With the low-tail settings and a spread service time (medians too noisy to rest) the
 //     floor is the served concurrency reckoned with the window's mean (MinRTT + Window.Skew)
-//     plus one request waiting inside the upstream: finishes that spread are beyond the lead,
-//     so a limit of exactly W idles each freed worker for the hop, and a slow tail keeps
-//     workers busy that a median leaves out.
+//     plus the permits held through the whole window (Window.Held: a slow request still being
+//     served keeps its worker without completing in the window) plus one request waiting
+//     inside the upstream: finishes that spread are beyond the lead, so a limit of exactly W
+//     idles each freed worker for the hop, and a slow tail keeps workers busy that a median
+//     leaves out. The floor never exceeds the limit: it can hold a drain back, never raise it.
 //   - HoldWhenAppLimited: a window whose demand did not test the limit (MaxInFlight*2 < L) may
 //     lower it but not raise it. Envoy raises the limit by up to 2x per quiet window, so after
 //     a quiet minute the limit sits at its maximum and the next burst meets no protection.
@@ -286,8 +288,10 @@ func (g *gradient) Update(limit float64, w Window) float64 {
 			// hop (with the slow tail, 15-20% of the time at 8 of 8, 25-40% at 4 of 4, for
 			// 1-1.5% of the goodput). The concurrency served is reckoned with the mean: the
 			// no-load estimate is a median, and the tail's share (Skew) keeps workers busy too.
+			// Requests held through the whole window (a slow one still being served) keep
+			// their workers busy without completing in it.
 			if spread, ok := w.served(est + w.Skew.Seconds()); ok {
-				next = math.Max(next, math.Min(spread+1, limit))
+				next = math.Max(next, math.Min(spread+float64(w.Held)+1, limit))
 			}
 		}
 		if precise && w.Backlog > 0 && ok && served >= 0.75*math.Min(float64(w.MaxInFlight), limit) {

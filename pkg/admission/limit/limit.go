@@ -26,6 +26,11 @@ type Window struct {
 	MaxInFlight int           // the most requests in flight at once during the window
 	Backlog     int           // requests waiting in the limiter's own queue at the window's end
 	Duration    time.Duration // how long the window lasted (0 if unknown)
+	// Held is the permits held through the whole window: admitted before it began and still in
+	// flight at its end (a slow-tail request still being served, a client still streaming).
+	// They take part of the limit without completing, so the window's completions leave them
+	// out of the concurrency served.
+	Held int
 }
 
 // MedianNoise estimates the standard error of the median of sorted (ascending) samples from
