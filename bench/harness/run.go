@@ -646,19 +646,15 @@ func runPoint(ctx context.Context, cfg Config, res *Result, bins Binaries, t Tar
 // reseedBackend starts the backend's service-time sequence over from seed (its admin's "seed").
 func reseedBackend(ctx context.Context, admin string, seed uint64) error {
 	body := fmt.Sprintf(`{"seed":%d}`, seed)
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+admin+"/admin/config", strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+	msg, err := postBackendConfig(ctx, admin, []byte(body))
 	if err != nil {
 		return fmt.Errorf("backend reseed: %w", err)
 	}
-	defer resp.Body.Close()
-	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	var got struct {
 		Seed *uint64 `json:"seed"`
 	}
-	if resp.StatusCode != http.StatusOK || json.Unmarshal(msg, &got) != nil || got.Seed == nil || *got.Seed != seed {
-		return fmt.Errorf("backend reseed: POST /admin/config %s: status %d: %s", body, resp.StatusCode, msg)
+	if json.Unmarshal(msg, &got) != nil || got.Seed == nil || *got.Seed != seed {
+		return fmt.Errorf("backend reseed: POST /admin/config %s: answer %s does not show seed %d", body, msg, seed)
 	}
 	return nil
 }
@@ -670,16 +666,9 @@ func configureBackend(ctx context.Context, admin string, b Backend) error {
 		"workers": b.Workers, "mean": st.Mean.String(), "stddev": st.Stddev.String(), "tailProb": st.TailProb,
 		"tailMean": st.TailMean.String(), "tailMin": st.TailMin.String(), "tailMax": st.TailMax.String(), "fanout": st.Fanout,
 	})
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+admin+"/admin/config", bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+	msg, err := postBackendConfig(ctx, admin, body)
 	if err != nil {
 		return err
-	}
-	defer resp.Body.Close()
-	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("POST /admin/config %s: status %d: %s", body, resp.StatusCode, msg)
 	}
 	var got struct {
 		Workers int `json:"workers"`
@@ -688,6 +677,23 @@ func configureBackend(ctx context.Context, admin string, b Backend) error {
 		return fmt.Errorf("POST /admin/config %s: answer %s does not show %d workers", body, msg, b.Workers)
 	}
 	return nil
+}
+
+// postBackendConfig posts a patch to the backend admin's /admin/config and returns its answer
+// (the configuration now in force); a status other than 200 is an error naming the patch.
+func postBackendConfig(ctx context.Context, admin string, body []byte) ([]byte, error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+admin+"/admin/config", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("POST /admin/config %s: status %d: %s", body, resp.StatusCode, msg)
+	}
+	return msg, nil
 }
 
 // runK6 runs one scenario; exit status 99 (thresholds crossed) is a result, not a failure.

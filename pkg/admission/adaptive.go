@@ -169,6 +169,7 @@ type controller struct {
 	start                time.Time // of the current window, zero before the first sample
 	rtts                 []time.Duration
 	dropped, maxInFlight int
+	blocked              int // requests that found the limit taken in the current window
 	lastRTT              time.Duration
 	// held is the permits in flight when the current window began that have not been released
 	// since (Window.Held at its end).
@@ -187,6 +188,11 @@ func newController(c AdaptiveConfig) *controller {
 // inflight records the in-flight count after an admission.
 func (c *controller) inflight(n int64) {
 	c.maxInFlight = max(c.maxInFlight, int(n))
+}
+
+// block records a request that found the limit taken: it waits for a permit or is refused.
+func (c *controller) block() {
+	c.blocked++
 }
 
 // grow is asked, during slow start, for a limit of at least want; it returns the limit to use.
@@ -233,7 +239,7 @@ func (c *controller) sample(now time.Time, rtt time.Duration, o Outcome, cur flo
 	}
 	next := cur
 	if n > 0 {
-		w := limit.Window{Samples: len(c.rtts), Dropped: c.dropped, MaxInFlight: c.maxInFlight, Backlog: backlog, Duration: elapsed, Held: int(c.held)}
+		w := limit.Window{Samples: len(c.rtts), Dropped: c.dropped, MaxInFlight: c.maxInFlight, Backlog: backlog, Blocked: c.blocked, Duration: elapsed, Held: int(c.held)}
 		if len(c.rtts) > 0 {
 			slices.Sort(c.rtts)
 			w.RTT = c.rtts[len(c.rtts)/2]
@@ -280,6 +286,7 @@ func (c *controller) sample(now time.Time, rtt time.Duration, o Outcome, cur flo
 	c.rtts = c.rtts[:0]
 	c.dropped = 0
 	c.maxInFlight = 0
+	c.blocked = 0
 	c.slowCap = 2 * next
 	return next
 }

@@ -127,6 +127,51 @@ func TestAdaptiveWindowsCountHeldPermits(t *testing.T) {
 	release(ms(410), l3)
 }
 
+func TestAdaptiveWindowsCountBlockedRequests(t *testing.T) {
+	// A limit of 2 with no wait queue: requests that find it taken are refused, the queue is
+	// empty at every instant, and the window still tells the demand above the limit.
+	rec := &recorder{next: func(cur float64, w limit.Window) float64 { return cur }}
+	core := must(admission.NewAdaptive(admission.AdaptiveConfig{
+		Algorithm: rec, InitialLimit: 2, MinLimit: 2, MaxLimit: 2,
+		Window: 100 * time.Millisecond, MinSamples: 1,
+	}))
+	var ev admission.Events
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	offer := func(at time.Time) (*admission.Ticket, admission.Verdict) {
+		tk := &admission.Ticket{}
+		tk.Reset(admission.Request{Priority: admission.Critical}, at)
+		return tk, core.Offer(at, tk, &ev)
+	}
+	release := func(at time.Time, tk *admission.Ticket) { core.Release(at, tk, admission.Success, &ev) }
+	first, _ := offer(t0)
+	release(ms(10), first) // the first sample starts the first window
+	a, _ := offer(ms(20))
+	b, _ := offer(ms(22))
+	for i := range 3 {
+		if _, v := offer(ms(25 + i)); v != admission.Refused {
+			t.Fatalf("offer %d over a limit of 2: %v, want refused", i, v)
+		}
+	}
+	release(ms(30), a)
+	release(ms(32), b)
+	d, _ := offer(ms(105))
+	release(ms(115), d) // closes window 1 (10-115 ms): three refused
+	c, _ := offer(ms(120))
+	release(ms(130), c)
+	e, _ := offer(ms(210))
+	release(ms(220), e) // closes window 2 (115-220 ms): none refused
+	var blocked []int
+	for _, w := range rec.windows {
+		if w.Backlog != 0 {
+			t.Fatalf("window %+v: nothing can wait without a queue", w)
+		}
+		blocked = append(blocked, w.Blocked)
+	}
+	if want := []int{3, 0}; !slices.Equal(blocked, want) {
+		t.Fatalf("blocked per window %v, want %v", blocked, want)
+	}
+}
+
 func TestAdaptiveDropsAndIgnores(t *testing.T) {
 	rec := &recorder{next: func(cur float64, w limit.Window) float64 { return cur }}
 	core := must(admission.NewAdaptive(admission.AdaptiveConfig{

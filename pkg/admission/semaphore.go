@@ -379,6 +379,9 @@ func (s *semaphore) Offer(now time.Time, t *Ticket, ev *Events) Verdict {
 		s.limit = s.adapt.grow(now, s.limit, float64(s.inUse+t.cost))
 	}
 	free := s.aheadOf(t) && s.fitsNow(now, t)
+	if !free && s.adapt != nil {
+		s.adapt.block()
+	}
 	if d := t.Req.Deadline; !d.IsZero() && s.meanHold > 0 {
 		// Refuse at once a request that cannot finish in time: its expected wait plus service.
 		expect := s.meanHold

@@ -273,6 +273,76 @@ func TestGradient(t *testing.T) {
 			{"served 7.76, over 7.04 + half the step: used, grow", Window{Samples: 39, RTT: 20490 * time.Microsecond, MinRTT: 20490 * time.Microsecond, MaxInFlight: 9, Backlog: 2, Duration: 103 * ms}, 9},
 		})
 	})
+	t.Run("low-tail settings: a failed probe is told by the requests refused, not the last instant's queue", func(t *testing.T) {
+		// Recorded at 2x on 4 workers x 20 ms with the short wait (2 ms): the queue was empty
+		// when most windows closed, though half the requests were refused in each. A failed
+		// probe to 5 then drained to 3.92 without landing, the next clean window probed 5
+		// again, and the limit spent a tenth of the run above the workers (admitted p99 1.6x
+		// the unloaded one).
+		a := newAlg(t, NewGradient, TailGradient())
+		h := TailGradient().Hold
+		const m = 20440 * time.Microsecond
+		at := func(l float64, rtt time.Duration) Window {
+			// 4 workers behind a limit of l, nobody waiting at the window's end, 25 refused.
+			return Window{Samples: int(math.Min(l, 4) * 5), RTT: rtt, MinRTT: m, MaxInFlight: int(l) + 1, Blocked: 25, Duration: 104 * ms}
+		}
+		steps := []step{{"the knee: land on the served 4", at(5, 27370*time.Microsecond), 4}}
+		for i := range h {
+			steps = append(steps, step{fmt.Sprintf("rest %d of %d", i+1, h), at(4, m), 4})
+		}
+		steps = append(steps, step{"probe +1", at(4, m), 5}, step{"let it act", at(5, m), 5},
+			step{"slower: the probe failed, land back on 4", at(5, 27370*time.Microsecond), 4})
+		for i := range 2 * h {
+			steps = append(steps, step{fmt.Sprintf("rest %d of %d (doubled)", i+1, 2*h), at(4, m), 4})
+		}
+		runSteps(t, a, 5, steps)
+
+		// Nobody refused and nobody waiting: the slower window is the upstream's own doing, the
+		// limit follows it without resting.
+		b := newAlg(t, NewGradient, TailGradient())
+		idle := at(5, 27370*time.Microsecond)
+		idle.Blocked = 0
+		next := b.Update(5, idle)
+		if next >= 4 || next < 3.7 {
+			t.Fatalf("drain without demand: %v, want the unrounded served concurrency (3.7-4)", next)
+		}
+		if got := b.Update(next, at(next, m)); got <= next {
+			t.Fatalf("after a drain without demand the next clean window: %v, want growth from %v", got, next)
+		}
+	})
+	t.Run("low-tail settings: a step the limiter overrode is no probe", func(t *testing.T) {
+		// Recorded at 2x on 8 workers x 20 ms: the first window stepped 4 to 5, slow start
+		// doubled the limit to 10, and the drain from 10 was judged the failure of the step
+		// to 5: the limit landed on 4 and rested there 10 s.
+		a := newAlg(t, NewGradient, TailGradient())
+		const m = 20920 * time.Microsecond
+		runSteps(t, a, 4, []step{
+			{"a clean window at 4: step to 5", Window{Samples: 18, RTT: m, MinRTT: m, MaxInFlight: 4, Backlog: 2, Blocked: 79, Duration: 110 * ms}, 5},
+		})
+		runSteps(t, a, 10, []step{
+			{"slow start made it 10; slower: drain, landing on 10 x 20.92/22.17 rounded", Window{Samples: 39, RTT: 22170 * time.Microsecond, MinRTT: m, MaxInFlight: 11, Blocked: 58, Duration: 104600 * time.Microsecond}, 9},
+		})
+	})
+	t.Run("low-tail settings: the window after a landing lags, the rest goes on", func(t *testing.T) {
+		// Recorded at 5x on 4 workers x 20 ms: a failed probe landed back on 4, the next window
+		// still read 6.5% slow (requests admitted under 5), and taking that for a no-load
+		// latency the drains do not lower ended the rest: the next window probed 5 again.
+		a := newAlg(t, NewGradient, TailGradient())
+		h := TailGradient().Hold
+		const m = 20610 * time.Microsecond
+		at := func(l float64, rtt time.Duration) Window {
+			return Window{Samples: 20, RTT: rtt, RTTNoise: 44 * time.Microsecond, MinRTT: m, MaxInFlight: int(l) + 1, Backlog: 2, Blocked: 97, Duration: 104 * ms}
+		}
+		clean := 20810 * time.Microsecond
+		steps := []step{{"probe 5", at(4, clean), 5}, {"let it act", at(5, clean), 5},
+			{"slower: failed, land back on 4", at(5, 21800*time.Microsecond), 4},
+			{"the lag: as slow, hold", at(4, 21950*time.Microsecond), 4}}
+		for i := range 2 * h {
+			steps = append(steps, step{fmt.Sprintf("rest %d of %d", i+1, 2*h), at(4, clean), 4})
+		}
+		steps = append(steps, step{"then probe", at(4, clean), 5})
+		runSteps(t, a, 4, steps)
+	})
 	t.Run("low-tail settings: a lent slot does not keep a drain from landing", func(t *testing.T) {
 		a := newAlg(t, NewGradient, TailGradient())
 		// Recorded at 2x on 4 workers x 20 ms: at a limit of 5 the lead's slot made 6 in
@@ -337,7 +407,8 @@ func TestGradient(t *testing.T) {
 		first := 8 * 17.2 / 20
 		runSteps(t, a, 8, []step{
 			{"drain by latency: x 17.2/20, on a whole number", at(8), math.Round(first)},
-			{"the drain did not lower the latency: hold", at(7), 7},
+			{"the drain did not lower the latency: hold (the lag of a queue?)", at(7), 7},
+			{"nor the next window: not a lag, hold", at(7), 7},
 			{"20 ms is the no-load latency now: grow", at(7), 8},
 		})
 		// A latency twice the estimate is a queue (its lag after a drain) or a slower upstream,

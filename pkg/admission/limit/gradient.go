@@ -25,21 +25,27 @@ import "math"
 //     term, drained such a backend's limit to its floor).
 //   - Hold and HoldMax (low-tail settings 50 and 300 windows; 0 in the defaults): where the
 //     medians are steady enough to see one request queued at the knee (the noise term within
-//     the buffer) and requests wait for the limit, a drain lands on the served concurrency
-//     rounded to a whole number and the limit rests there; then it probes one above it
+//     the buffer) and requests found the limit taken (waited for it or were refused:
+//     Window.Blocked; the queue at one instant, which a short wait leaves empty at most
+//     window ends, let failed probes go unjudged and the limit cycle above the knee), a drain
+//     lands on the served concurrency rounded to a whole number and the limit rests there;
+//     then it probes one above it
 //     (steps are whole there: at a fractional limit the queue's lead lends nothing, and a
 //     half step measured that loss as much as its own gain), lets the step act for a window
 //     and keeps it only if the upstream served at least half the step more; a failed probe
-//     lands back, marks the knee and doubles the rest. Growing from the knee every window put the limit a step above it every other
+//     lands back, marks the knee and doubles the rest (a step the limiter overrode, slow start
+//     doubling the limit, is no probe). Growing from the knee every window put the limit a
+//     step above it every other
 //     window, and each request admitted then waits inside the upstream for the next
 //     completion (a whole service time when a constant-time backend's workers finish
 //     together), which was most of the admitted p99 at 2x and 5x. A drain that lands below the
 //     knee rests one window and returns to it: one slow window (the node or the client
 //     stalled) is likelier than a drop in capacity, and if the return drains again the knee
 //     is forgotten.
-//   - A drain that did not lower the latency (low-tail settings only: the next window is as
-//     slow, at least 90% of the excess, and at most 25% over the estimate: a larger excess
-//     right after a drain is the lag of a queue) says the excess is not a queue the limit
+//   - A drain that did not lower the latency (low-tail settings only: the next two windows
+//     are as slow, at least 90% of the excess, and at most 25% over the estimate: a larger
+//     excess right after a drain, or one window of it, is the lag of a queue, the window
+//     after a drain timing requests admitted before it) says the excess is not a queue the limit
 //     holds: a no-load estimate learned too low (a busy node's sidecar takes its own delay
 //     off the samples, and at a 5x start it took off too much, so the estimate sat 14% under
 //     the upstream's 20 ms for the estimator's ten-second memory) or a latency others cause. Draining on took the limit
@@ -91,7 +97,7 @@ type Gradient struct {
 	Drain bool `yaml:"drain" json:"drain"`
 	// Hold is how many windows the limit rests where a drain at the knee landed before it
 	// probes one above it (only where the medians are steady enough to see one queued request,
-	// and requests were waiting for the limit). A drop in capacity is still followed at once
+	// and requests found the limit taken). A drop in capacity is still followed at once
 	// (a drain is never held back). A probe that fails doubles the next rest, up to HoldMax
 	// windows; one that is used brings it back to Hold and the limit grows every other window
 	// while the latency stays clean. So at a steady knee the limit probes above it once every
@@ -118,9 +124,9 @@ func DefaultGradient() Gradient {
 // buffer 5% plus three times the medians' noise, rest 50 windows at the knee, probe at most
 // every 300. Together with the adaptive queue's lead and short wait (queue.lead 750us,
 // queue.waitPerRTT 0.1) they hold a constant-time backend's limit on its workers and the
-// admitted p99 at 1.04-1.38x the unloaded one where the defaults reach 1.7-2x, at
-// 0.996-1.003x the goodput of Envoy's adaptive_concurrency;
-// a backend whose service time spreads keeps one request waiting inside it
+// admitted p99 at 1.09-1.32x the unloaded one where the defaults reach 1.7-2x, at
+// 0.998-1.002x the goodput of Envoy's adaptive_concurrency; a backend whose service time
+// spreads keeps one request waiting inside it
 // (docs/benchmarks.md, "The adaptive tail").
 func TailGradient() Gradient {
 	g := DefaultGradient()
@@ -163,10 +169,11 @@ func NewGradient(c Gradient) (Algorithm, error) {
 
 type gradient struct {
 	c       Gradient
-	hold    int  // windows left before the limit may grow again
-	rest    int  // how long the next rest after a drain lasts (Hold, doubled per failed probe)
-	probing bool // the limit grew in the last window or two: a drain now ends a failed probe
-	rested  bool // the last window ended a rest: the next step up is the smallest
+	hold    int     // windows left before the limit may grow again
+	rest    int     // how long the next rest after a drain lasts (Hold, doubled per failed probe)
+	probing bool    // the limit grew in the last window or two: a drain now ends a failed probe
+	to      float64 // where that step up took the limit
+	rested  bool    // the last window ended a rest: the next step up is the smallest
 	// from is the limit before the last step up and before the concurrency served then (0:
 	// unknown).
 	from, before float64
@@ -176,6 +183,7 @@ type gradient struct {
 	// at most HoldMax windows (age).
 	drained, base float64
 	age           int
+	lagged        bool // the last window followed a drain and was as slow: the lag of a queue, or not
 	// knee is where the last failed step up landed (0: unknown); back: a drain landed below
 	// it and the limit returns to it after a window; returned: it just did.
 	knee           float64
@@ -226,6 +234,12 @@ func (g *gradient) landed(next float64, returned bool) float64 {
 
 func (g *gradient) Update(limit float64, w Window) float64 {
 	limit = sanitize(limit)
+	if g.probing && limit != g.to {
+		// The limiter moved the limit past the step (slow start doubled it, a bound clipped
+		// it): what the next windows measure is not that step, and a drain from a doubled
+		// limit judged as its failure landed on the limit before it (4 of 8 workers for 10 s).
+		g.probing, g.hold = false, 0
+	}
 	if w.Dropped > 0 && g.c.DropBackoff < 1 {
 		return limit * g.c.DropBackoff
 	}
@@ -263,7 +277,17 @@ func (g *gradient) Update(limit float64, w Window) float64 {
 	excess := rtt/minRTT - 1
 	drained := g.drained
 	g.drained = 0
+	lagged := g.lagged
+	g.lagged = false
 	if g.c.Drain && grad < 1 && precise && drained > 0 && excess >= 0.9*drained && rtt <= baseMax*est {
+		if !lagged {
+			// The window right after a drain still times requests admitted before it (at
+			// 5x on 4 workers a failed probe's landing read 6.5% slow in the next window,
+			// and taking that for a no-load latency ended the rest at once): hold, and let the
+			// next window tell.
+			g.drained, g.lagged = drained, true
+			return limit
+		}
 		// The last window drained the limit and the latency did not fall: the excess is not a
 		// queue this limit holds (a no-load estimate learned too low, from samples a busy node
 		// over-corrected, or a latency others cause). Draining on would take the limit to its
@@ -294,11 +318,11 @@ func (g *gradient) Update(limit float64, w Window) float64 {
 				next = math.Max(next, math.Min(spread+float64(w.Held)+1, limit))
 			}
 		}
-		if precise && w.Backlog > 0 && ok && served >= 0.75*math.Min(float64(w.MaxInFlight), limit) {
-			// Requests were waiting for the limit and the upstream served about what was in
+		if precise && w.demanded() && ok && served >= 0.75*math.Min(float64(w.MaxInFlight), limit) {
+			// Requests found the limit taken and the upstream served about what was in
 			// flight (within the limit: a slot the lead lent is one more in flight, and at 5 on
-			// 4 workers it kept every drain from landing): the drain found the knee. (Without a
-			// backlog, a slower window is the upstream's or the node's own doing; and a window
+			// 4 workers it kept every drain from landing): the drain found the knee. (Without
+			// that demand, a slower window is the upstream's or the node's own doing; and a window
 			// that served much less than it held in flight spans idle time, after which the
 			// first requests are slow for reasons of their own. The limit then follows without
 			// resting.)
@@ -318,7 +342,7 @@ func (g *gradient) Update(limit float64, w Window) float64 {
 		return limit
 	}
 	if g.probing {
-		if served, ok := w.served(est); ok && g.before > 0 && w.Backlog > 0 && served < g.before+(limit-g.from)/2 {
+		if served, ok := w.served(est); ok && g.before > 0 && w.demanded() && served < g.before+(limit-g.from)/2 {
 			// The step up left the latency clean but was not used: the upstream served less
 			// than half the step more than before it (a constant-time upstream whose workers
 			// finish together queues the extra request for a whole service time without moving
@@ -357,7 +381,7 @@ func (g *gradient) Update(limit float64, w Window) float64 {
 		next = math.Max(math.Round(next), math.Floor(limit)+1)
 		// A window mostly times requests admitted before it began: judge a step up by the
 		// window after it before taking the next, against what was served before it.
-		g.hold, g.probing, g.from, g.before = 1, true, limit, 0
+		g.hold, g.probing, g.from, g.to, g.before = 1, true, limit, next, 0
 		if served, ok := w.served(est); ok {
 			// Never above the limit: a window after a drain still completes requests
 			// admitted under the higher limit, and a step judged against that judged a used

@@ -23,9 +23,13 @@ type Window struct {
 	// slow tail's share of the time the upstream spends per request, which a median leaves
 	// out. With 1% of requests at 15 service times it is an eighth of the mean.
 	Skew        time.Duration
-	MaxInFlight int           // the most requests in flight at once during the window
-	Backlog     int           // requests waiting in the limiter's own queue at the window's end
-	Duration    time.Duration // how long the window lasted (0 if unknown)
+	MaxInFlight int // the most requests in flight at once during the window
+	Backlog     int // requests waiting in the limiter's own queue at the window's end
+	// Blocked is how many requests found the limit taken during the window: they waited for a
+	// permit or were refused for one. Demand above the limit, where Backlog is one instant's:
+	// with a short wait the queue is empty at most instants however much is refused.
+	Blocked  int
+	Duration time.Duration // how long the window lasted (0 if unknown)
 	// Held is the permits held through the whole window: admitted before it began and still in
 	// flight at its end (a slow-tail request still being served, a client still streaming).
 	// They take part of the limit without completing, so the window's completions leave them
@@ -215,6 +219,12 @@ func seconds(d time.Duration) float64 {
 		return 0
 	}
 	return d.Seconds()
+}
+
+// demanded reports whether requests asked for more than the limit during the window: some
+// found it taken, or some wait at its end.
+func (w Window) demanded() bool {
+	return w.Backlog > 0 || w.Blocked > 0
 }
 
 // latency returns the window's RTT and MinRTT in seconds; ok is false unless both are known

@@ -1,0 +1,76 @@
+package harness
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/loadshed/loadshed/internal/backend"
+)
+
+// The harness drives the real backend's admin: its workers and service time for a point, and
+// the start of its service-time sequence for each measured window.
+func TestBackendAdminCalls(t *testing.T) {
+	s, err := backend.New(backend.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(s.AdminHandler())
+	defer srv.Close()
+	admin := strings.TrimPrefix(srv.URL, "http://")
+	ctx := context.Background()
+	if err := configureBackend(ctx, admin, Backend{Workers: 3, Service: 30 * time.Millisecond, SlowTail: true}); err != nil {
+		t.Fatalf("configureBackend: %v", err)
+	}
+	if err := reseedBackend(ctx, admin, 9); err != nil {
+		t.Fatalf("reseedBackend: %v", err)
+	}
+	resp, err := http.Get(srv.URL + "/admin/config")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var got struct {
+		Workers int    `json:"workers"`
+		Mean    string `json:"mean"`
+		Seed    uint64 `json:"seed"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Workers != 3 || got.Mean != "30ms" || got.Seed != 9 {
+		t.Fatalf("backend config after both calls: %+v, want 3 workers, mean 30ms, seed 9", got)
+	}
+}
+
+func TestBackendAdminCallsFailLoudly(t *testing.T) {
+	answer := func(code int, body string) string {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(code)
+			_, _ = w.Write([]byte(body))
+		}))
+		t.Cleanup(srv.Close)
+		return strings.TrimPrefix(srv.URL, "http://")
+	}
+	ctx := context.Background()
+	for _, c := range []struct {
+		name, admin, want string
+	}{
+		{"refused", answer(http.StatusBadRequest, `seed: must be a whole number`), "status 400"},
+		{"an answer without the seed", answer(http.StatusOK, `{"workers":4}`), "does not show seed 2"},
+		{"another seed", answer(http.StatusOK, `{"seed":1}`), "does not show seed 2"},
+	} {
+		err := reseedBackend(ctx, c.admin, 2)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: reseedBackend = %v, want an error with %q", c.name, err, c.want)
+		}
+	}
+	err := configureBackend(ctx, answer(http.StatusOK, `{"workers":2}`), Backend{Workers: 4, Service: 20 * time.Millisecond})
+	if err == nil || !strings.Contains(err.Error(), "does not show 4 workers") {
+		t.Errorf("configureBackend with an answer of 2 workers = %v, want an error", err)
+	}
+}
