@@ -23,36 +23,33 @@ import "math"
 //     cover the noise: about 5% on a constant-time backend, as much as the medians wander on
 //     one whose service time spreads (a smaller fixed buffer, 10% was tried before the noise
 //     term, drained such a backend's limit to its floor).
-//   - Hold and HoldMax (low-tail settings 50 and 300 windows; 0 in the defaults): where the
-//     medians are steady enough to see one request queued at the knee (the noise term within
-//     the buffer) and requests found the limit taken (waited for it or were refused:
-//     Window.Blocked; the queue at one instant, which a short wait leaves empty at most
-//     window ends, let failed probes go unjudged and the limit cycle above the knee), a drain
-//     lands on the served concurrency rounded to a whole number and the limit rests there;
-//     then it probes one above it
-//     (steps are whole there: at a fractional limit the queue's lead lends nothing, and a
-//     half step measured that loss as much as its own gain), lets the step act for a window
-//     and keeps it only if the upstream served at least half the step more; a failed probe
-//     lands back, marks the knee and doubles the rest (a step the limiter overrode, slow start
-//     doubling the limit, is no probe). Growing from the knee every window put the limit a
-//     step above it every other
-//     window, and each request admitted then waits inside the upstream for the next
-//     completion (a whole service time when a constant-time backend's workers finish
-//     together), which was most of the admitted p99 at 2x and 5x. A drain that lands below the
-//     knee rests one window and returns to it: one slow window (the node or the client
-//     stalled) is likelier than a drop in capacity, and if the return drains again the knee
-//     is forgotten.
-//   - A drain that did not lower the latency (low-tail settings only: the next two windows
-//     are as slow, at least 90% of the excess, and at most 25% over the estimate: a larger
-//     excess right after a drain, or one window of it, is the lag of a queue, the window
-//     after a drain timing requests admitted before it) says the excess is not a queue the limit
-//     holds: a no-load estimate learned too low (a busy node's sidecar takes its own delay
-//     off the samples, and at a 5x start it took off too much, so the estimate sat 14% under
-//     the upstream's 20 ms for the estimator's ten-second memory) or a latency others cause. Draining on took the limit
-//     from 8 to 1. The limit holds instead, and that latency, at most 25% over the estimate,
-//     stands for the no-load one until the estimate reaches it, the latency falls below it, or
-//     HoldMax windows pass; the served concurrency that floors a drain is still reckoned with
-//     the estimator's own value.
+//   - Hold and HoldMax (low-tail settings 50 and 300 windows; 0 in the defaults): where the medians
+//     are steady enough to see one request queued at the knee (the noise term within the buffer)
+//     and requests found the limit taken (waited for it or were refused: Window.Blocked; the queue
+//     at one instant, which a short wait leaves empty at most window ends, let failed probes go
+//     unjudged and the limit cycle above the knee), a drain lands on the served concurrency rounded
+//     to a whole number and the limit rests there; then it probes one above it (steps are whole
+//     there: at a fractional limit the queue's lead lends nothing, and a half step measured that
+//     loss as much as its own gain), lets the step act for a window and keeps it only if the
+//     upstream served at least half the step more; a failed probe lands back, marks the knee and
+//     doubles the rest (a step the limiter overrode, slow start doubling the limit, is no probe).
+//     Growing from the knee every window put the limit a step above it every other window, and each
+//     request admitted then waits inside the upstream for the next completion (a whole service time
+//     when a constant-time backend's workers finish together), which was most of the admitted p99
+//     at 2x and 5x. A drain that lands below the knee rests one window and returns to it: one slow
+//     window (the node or the client stalled) is likelier than a drop in capacity, and if the
+//     return drains again the knee is forgotten.
+//   - A drain that did not lower the latency (low-tail settings only: the next two windows are as
+//     slow, at least 90% of the excess, and at most 25% over the estimate: a larger excess right
+//     after a drain, or one window of it, is the lag of a queue, the window after a drain timing
+//     requests admitted before it) says the excess is not a queue the limit holds: a no-load
+//     estimate learned too low (a busy node's sidecar takes its own delay off the samples, and at a
+//     5x start it took off too much, so the estimate sat 14% under the upstream's 20 ms for the
+//     estimator's ten-second memory) or a latency others cause. Draining on took the limit from 8
+//     to 1. The limit holds instead, and that latency, at most 25% over the estimate, stands for
+//     the no-load one until the estimate reaches it, the latency falls below it, or HoldMax windows
+//     pass; the served concurrency that floors a drain is still reckoned with the estimator's own
+//     value.
 //   - Drain: when the RTT exceeds the allowance (gradient < 1), the limit becomes the
 //     concurrency the backend actually serves, L x MinRTT/RTT (Little's law), without buffer
 //     or headroom; growth keeps Envoy's formula. Envoy's decrease lands at (1+Buffer) x W plus
