@@ -86,86 +86,93 @@ func TestAdaptiveWindowsFeedTheAlgorithm(t *testing.T) {
 	}
 }
 
+// windowsAt is an adaptive core of a fixed limit (its algorithm records each window and moves
+// nothing, 100 ms windows of at least one sample), driven at millisecond offsets from t0.
+type windowsAt struct {
+	rec  *recorder
+	core admission.Core
+	ev   admission.Events
+}
+
+func newWindowsAt(fixed, floor float64) *windowsAt {
+	rec := &recorder{next: func(cur float64, w limit.Window) float64 { return cur }}
+	return &windowsAt{rec: rec, core: must(admission.NewAdaptive(admission.AdaptiveConfig{
+		Algorithm: rec, InitialLimit: fixed, MinLimit: floor, MaxLimit: fixed,
+		Window: 100 * time.Millisecond, MinSamples: 1,
+	}))}
+}
+
+func (w *windowsAt) offer(ms int, cost int64) (*admission.Ticket, admission.Verdict) {
+	at := t0.Add(time.Duration(ms) * time.Millisecond)
+	tk := &admission.Ticket{}
+	tk.Reset(admission.Request{Priority: admission.Critical, Cost: cost}, at)
+	return tk, w.core.Offer(at, tk, &w.ev)
+}
+
+func (w *windowsAt) release(ms int, tk *admission.Ticket) {
+	w.core.Release(t0.Add(time.Duration(ms)*time.Millisecond), tk, admission.Success, &w.ev)
+}
+
 // Window.Held counts the permits admitted before a window began and still in flight at its end:
 // a request released within the window is not held, whenever it was admitted.
 func TestAdaptiveWindowsCountHeldPermits(t *testing.T) {
-	rec := &recorder{next: func(cur float64, w limit.Window) float64 { return cur }}
-	core := must(admission.NewAdaptive(admission.AdaptiveConfig{
-		Algorithm: rec, InitialLimit: 16, MinLimit: 1, MaxLimit: 16,
-		Window: 100 * time.Millisecond, MinSamples: 1,
-	}))
-	var ev admission.Events
-	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
-	admit := func(at time.Time, cost int64) *admission.Ticket {
+	w := newWindowsAt(16, 1)
+	admit := func(ms int, cost int64) *admission.Ticket {
 		t.Helper()
-		tk := &admission.Ticket{}
-		tk.Reset(admission.Request{Priority: admission.Critical, Cost: cost}, at)
-		if core.Offer(at, tk, &ev) != admission.Admitted {
-			t.Fatalf("offer at %v: not admitted", at.Sub(t0))
+		tk, v := w.offer(ms, cost)
+		if v != admission.Admitted {
+			t.Fatalf("offer at %d ms: not admitted", ms)
 		}
 		return tk
 	}
-	release := func(at time.Time, tk *admission.Ticket) { core.Release(at, tk, admission.Success, &ev) }
-	l1, l2, l3 := admit(t0, 1), admit(t0, 1), admit(t0, 2)
-	release(ms(10), admit(t0, 1)) // the first sample starts the first window
-	release(ms(120), admit(ms(110), 1))
+	l1, l2, l3 := admit(0, 1), admit(0, 1), admit(0, 2)
+	w.release(10, admit(0, 1)) // the first sample starts the first window
+	w.release(120, admit(110, 1))
 	// Window 1 (10-120 ms) began with nothing known in flight; it ends with l1-l3 (4 permits).
-	release(ms(150), l1)
-	s3, s4 := admit(ms(150), 1), admit(ms(200), 1)
-	release(ms(230), s3)
+	w.release(150, l1)
+	s3, s4 := admit(150, 1), admit(200, 1)
+	w.release(230, s3)
 	// Window 2 (120-230 ms): l1 finished in it, s3 and s4 began in it.
-	release(ms(260), s4)
-	release(ms(400), l2)
+	w.release(260, s4)
+	w.release(400, l2)
 	// Window 3 (230-400 ms): s4 began before it but finished in it, l2 finished at its end.
 	var held []int
-	for _, w := range rec.windows {
-		held = append(held, w.Held)
+	for _, win := range w.rec.windows {
+		held = append(held, win.Held)
 	}
 	if want := []int{0, 3, 2}; !slices.Equal(held, want) {
 		t.Fatalf("held permits per window %v, want %v (l2 and l3's 1+2, then l3's 2)", held, want)
 	}
-	release(ms(410), l3)
+	w.release(410, l3)
 }
 
 func TestAdaptiveWindowsCountBlockedRequests(t *testing.T) {
 	// A limit of 2 with no wait queue: requests that find it taken are refused, the queue is
 	// empty at every instant, and the window still tells the demand above the limit.
-	rec := &recorder{next: func(cur float64, w limit.Window) float64 { return cur }}
-	core := must(admission.NewAdaptive(admission.AdaptiveConfig{
-		Algorithm: rec, InitialLimit: 2, MinLimit: 2, MaxLimit: 2,
-		Window: 100 * time.Millisecond, MinSamples: 1,
-	}))
-	var ev admission.Events
-	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
-	offer := func(at time.Time) (*admission.Ticket, admission.Verdict) {
-		tk := &admission.Ticket{}
-		tk.Reset(admission.Request{Priority: admission.Critical}, at)
-		return tk, core.Offer(at, tk, &ev)
-	}
-	release := func(at time.Time, tk *admission.Ticket) { core.Release(at, tk, admission.Success, &ev) }
-	first, _ := offer(t0)
-	release(ms(10), first) // the first sample starts the first window
-	a, _ := offer(ms(20))
-	b, _ := offer(ms(22))
+	w := newWindowsAt(2, 2)
+	first, _ := w.offer(0, 1)
+	w.release(10, first) // the first sample starts the first window
+	a, _ := w.offer(20, 1)
+	b, _ := w.offer(22, 1)
 	for i := range 3 {
-		if _, v := offer(ms(25 + i)); v != admission.Refused {
+		if _, v := w.offer(25+i, 1); v != admission.Refused {
 			t.Fatalf("offer %d over a limit of 2: %v, want refused", i, v)
 		}
 	}
-	release(ms(30), a)
-	release(ms(32), b)
-	d, _ := offer(ms(105))
-	release(ms(115), d) // closes window 1 (10-115 ms): three refused
-	c, _ := offer(ms(120))
-	release(ms(130), c)
-	e, _ := offer(ms(210))
-	release(ms(220), e) // closes window 2 (115-220 ms): none refused
+	w.release(30, a)
+	w.release(32, b)
+	d, _ := w.offer(105, 1)
+	w.release(115, d) // closes window 1 (10-115 ms): three refused
+	c, _ := w.offer(120, 1)
+	w.release(130, c)
+	e, _ := w.offer(210, 1)
+	w.release(220, e) // closes window 2 (115-220 ms): none refused
 	var blocked []int
-	for _, w := range rec.windows {
-		if w.Backlog != 0 {
-			t.Fatalf("window %+v: nothing can wait without a queue", w)
+	for _, win := range w.rec.windows {
+		if win.Backlog != 0 {
+			t.Fatalf("window %+v: nothing can wait without a queue", win)
 		}
-		blocked = append(blocked, w.Blocked)
+		blocked = append(blocked, win.Blocked)
 	}
 	if want := []int{3, 0}; !slices.Equal(blocked, want) {
 		t.Fatalf("blocked per window %v, want %v", blocked, want)
