@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -263,6 +264,28 @@ func (r *AdaptiveResult) meanLimitStat(target, scenario string) Stat {
 	return statOf(xs)
 }
 
+// fmtFixed writes x with prec decimals, or n/a.
+func fmtFixed(x float64, prec int) string {
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return "n/a"
+	}
+	return strconv.FormatFloat(x, 'f', prec, 64)
+}
+
+// backendStats are the medians over valid repeats of the backend's busy share (of w workers)
+// and mean service time in ms, over the points whose backend usage was read.
+func (r *AdaptiveResult) backendStats(target, scenario string, w int) (busy, service Stat) {
+	var bs, ss []float64
+	for _, p := range r.Points {
+		if p.Target != target || p.Scenario != scenario || !p.Valid() || p.Backend == nil || p.Backend.Served <= 0 {
+			continue
+		}
+		bs = append(bs, p.Backend.Busy(w, p.Summary.DurationS))
+		ss = append(ss, 1e3*p.Backend.ServiceSeconds/float64(p.Backend.Served))
+	}
+	return statOf(bs), statOf(ss)
+}
+
 func (r *AdaptiveResult) hasTarget(name string) bool {
 	for _, t := range r.Targets {
 		if t.Name == name {
@@ -345,9 +368,9 @@ func (r *AdaptiveResult) markdown(w *strings.Builder) {
 	cols := []string{"goodput_ratio", "admitted_p50_ms", "admitted_p99_ms", "admitted_p999_ms", "shed_share", "timeout_share"}
 	for ci, cs := range r.Cases {
 		fmt.Fprintf(w, "## W = %d, %s service (S = %s, C = %.0f rps, SLO %s)\n\n", cs.Workers, cs.Service, cs.Backend.Service, cs.Limits.CapacityRPS, cs.SLO)
-		fmt.Fprintf(w, "Mean limit: the traced limit averaged over the measured run (W = %d is what the backend serves at once).\n\n", cs.Workers)
+		fmt.Fprintf(w, "Mean limit: the traced limit averaged over the measured run (W = %d is what the backend serves at once). Busy: the share of the W workers' time spent serving over the measured run, and service: the mean time a request held a worker (the backend's own service-time histogram, read before and after the run); busy tells a worker left idle from one that served slower.\n\n", cs.Workers)
 		fmt.Fprintf(w, "![limit over time](limit-%s.png)\n\n", cs.Name)
-		fmt.Fprintf(w, "| load | target | valid | goodput/C | p50 ms | p99 ms | p99.9 ms | shed | timeouts | mean limit |\n|---|---|---|---|---|---|---|---|---|---|\n")
+		fmt.Fprintf(w, "| load | target | valid | goodput/C | p50 ms | p99 ms | p99.9 ms | shed | timeouts | mean limit | busy | service ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, run := range r.Runs {
 			if run.Case != ci {
 				continue
@@ -362,7 +385,9 @@ func (r *AdaptiveResult) markdown(w *strings.Builder) {
 					}
 					fmt.Fprintf(w, " %s |", fmtNum(cell.Stats[k].Median, figureByKey(k).Unit))
 				}
-				fmt.Fprintf(w, " %s |\n", fmtNum(r.meanLimitStat(t.Name, run.Scenario.Name).Median, "n"))
+				busy, service := r.backendStats(t.Name, run.Scenario.Name, cs.Workers)
+				fmt.Fprintf(w, " %s | %s | %s |\n", fmtNum(r.meanLimitStat(t.Name, run.Scenario.Name).Median, "n"),
+					fmtFixed(busy.Median, 4), fmtFixed(service.Median, 2))
 			}
 		}
 		w.WriteString("\n")

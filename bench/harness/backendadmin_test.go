@@ -74,3 +74,53 @@ func TestBackendAdminCallsFailLoudly(t *testing.T) {
 		t.Errorf("configureBackend with an answer of 2 workers = %v, want an error", err)
 	}
 }
+
+// The measured window's backend usage is the difference of two reads of the real backend's
+// /metrics: the services that ended between them and the worker time they held.
+func TestBackendUsageFromTheBackendsMetrics(t *testing.T) {
+	s, err := backend.New(backend.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := httptest.NewServer(s.AdminHandler())
+	defer admin.Close()
+	data := httptest.NewServer(s.Handler())
+	defer data.Close()
+	addr := strings.TrimPrefix(admin.URL, "http://")
+	ctx := context.Background()
+	serve := func(sleep string) {
+		resp, err := http.Get(data.URL + "/?sleep=" + sleep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("backend answered %d", resp.StatusCode)
+		}
+	}
+	serve("1ms")
+	before, err := scrapeBackend(ctx, addr)
+	if err != nil {
+		t.Fatalf("scrapeBackend: %v", err)
+	}
+	serve("3ms")
+	serve("4ms")
+	after, err := scrapeBackend(ctx, addr)
+	if err != nil {
+		t.Fatalf("scrapeBackend: %v", err)
+	}
+	d := after.minus(before)
+	if d.Served != 2 || d.ServiceSeconds < 0.007 || d.ServiceSeconds > 1 {
+		t.Fatalf("usage between the reads: %+v, want 2 served holding at least 7ms", d)
+	}
+	if got := d.Busy(2, d.ServiceSeconds); got != 0.5 {
+		t.Fatalf("Busy of 2 workers over the service time: %v, want 0.5", got)
+	}
+}
+
+func TestBackendUsageNeedsTheServiceHistogram(t *testing.T) {
+	_, err := parseBackendUsage(strings.NewReader("# TYPE backend_requests_total counter\nbackend_requests_total{code=\"200\"} 3\n"))
+	if err == nil || !strings.Contains(err.Error(), "backend_service_seconds") {
+		t.Fatalf("a page without the service histogram: %v, want an error naming it", err)
+	}
+}

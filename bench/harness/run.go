@@ -37,6 +37,8 @@ type Point struct {
 	// the warm-up; TraceStart is the time within it at which the measured run began.
 	Trace      []Sample `json:",omitempty"`
 	TraceStart float64  `json:",omitempty"`
+	// Backend is what the backend's workers did over the measured window (nil: not read).
+	Backend *BackendUsage `json:",omitempty"`
 	// Err says why the point produced no figures (a process failed, k6 failed).
 	Err string
 }
@@ -582,8 +584,10 @@ func runPoint(ctx context.Context, cfg Config, res *Result, bins Binaries, t Tar
 		}
 	}
 	var before usage
-	var reseedErr error
+	var reseedErr, backendErr error
+	var backendBefore BackendUsage
 	measuring := func() {
+		backendBefore, backendErr = scrapeBackend(ctx, st.ep.BackendAdm)
 		if st.target != nil {
 			before = st.usage()
 		}
@@ -615,6 +619,16 @@ func runPoint(ctx context.Context, cfg Config, res *Result, bins Binaries, t Tar
 	}
 	if err == nil && reseedErr != nil {
 		err = fmt.Errorf("measured window: %w", reseedErr)
+	}
+	if err == nil && backendErr == nil {
+		var after BackendUsage
+		if after, backendErr = scrapeBackend(ctx, st.ep.BackendAdm); backendErr == nil {
+			d := after.minus(backendBefore)
+			p.Backend = &d
+		}
+	}
+	if err == nil && backendErr != nil {
+		err = fmt.Errorf("measured window: %w", backendErr)
 	}
 	if err != nil {
 		p.Err = err.Error()

@@ -514,6 +514,9 @@ func TestAdaptiveReport(t *testing.T) {
 		adaptivePoint(DefaultAdaptive, "w8-constant-5x", 0.95, 60, tr),
 		adaptivePoint(EnvoyAdaptive, "w8-constant-5x", 0.96, 45, tr),
 	}
+	// The backend's usage read over the measured run: 8 workers 99.5% busy for 16 s.
+	r.Points[3].Summary.DurationS = 16
+	r.Points[3].Backend = &BackendUsage{Served: 6000, ServiceSeconds: 0.995 * 8 * 16}
 	var md strings.Builder
 	r.markdown(&md)
 	out := md.String()
@@ -521,7 +524,8 @@ func TestAdaptiveReport(t *testing.T) {
 		"| 8 | constant | 2x | 0.970 | 0.960 | 1.01 | 50.0 | 48.0 | 1.04 | PASS |",
 		"| 8 | constant | 5x | 0.950 | 0.960 | 0.99 | 60.0 | 45.0 | 1.33 | FAIL |",
 		"1 of 2 judged points PASS",
-		"| 5x | envoy/adaptive_concurrency | 1/1 | 0.960 | 22.5 | 45.0 | 46.0 | 0.000 | 0.000 | 8.7 |",
+		"| 5x | envoy/adaptive_concurrency | 1/1 | 0.960 | 22.5 | 45.0 | 46.0 | 0.000 | 0.000 | 8.7 | 0.9950 | 21.23 |",
+		"| 5x | loadshed/adaptive | 1/1 | 0.950 | 30.0 | 60.0 | 61.0 | 0.000 | 0.000 | 8.7 | n/a | n/a |",
 		"![limit over time](limit-w8-constant.png)",
 	)
 	dir := t.TempDir()

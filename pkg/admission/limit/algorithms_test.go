@@ -212,7 +212,8 @@ func TestGradient(t *testing.T) {
 		more2 := more
 		more2.Samples = 48
 		steps = append(steps, step{"probe +1", clean, 9}, step{"let the step act", more, 9},
-			step{"served 8.8: the knee moved, grow x1.05 + 0.5, whole", more, math.Round(9*1.05 + 0.5)},
+			step{"served 8.8: looks used, confirm over a window", more, 9},
+			step{"served 8.8 again: the knee moved, grow x1.05 + 0.5, whole", more, math.Round(9*1.05 + 0.5)},
 			step{"let the step act", more2, 10})
 		runSteps(t, a, 10, steps)
 		if g := a.(*gradient); g.rest != TailGradient().Hold {
@@ -262,16 +263,92 @@ func TestGradient(t *testing.T) {
 		}
 		runSteps(t, b, 10, steps)
 	})
-	t.Run("low-tail settings: a step after a drain is judged against the limit at most", func(t *testing.T) {
+	t.Run("low-tail settings: a step waits for a window run under the limit after a drain", func(t *testing.T) {
 		a := newAlg(t, NewGradient, TailGradient())
+		a.(*gradient).ran = 11 // the last window ran under 11, and drained to 7.04
 		// Recorded at 5x on 8 workers x 20 ms: after a drain from 11 to 7.04 the next window
-		// still completed requests admitted under 11 (served 7.91), and the step to 8 that
-		// served 7.76 looked unused against it.
+		// still completed requests admitted under 11 (served 7.91); a step to 8 judged against
+		// it, serving 7.76, looked unused.
 		runSteps(t, a, 7.04, []step{
-			{"grow to a whole 8", Window{Samples: 40, RTT: 20570 * time.Microsecond, MinRTT: 20570 * time.Microsecond, MaxInFlight: 8, Backlog: 1, Duration: 104 * ms}, 8},
+			{"served 7.91, admitted under 11: no step", Window{Samples: 40, RTT: 20570 * time.Microsecond, MinRTT: 20570 * time.Microsecond, MaxInFlight: 8, Backlog: 1, Duration: 104 * ms}, 7.04},
+			{"served 7.12 under 7.04: grow to a whole 8", Window{Samples: 36, RTT: 20570 * time.Microsecond, MinRTT: 20570 * time.Microsecond, MaxInFlight: 8, Backlog: 1, Duration: 104 * ms}, 8},
 			{"let it act", Window{Samples: 39, RTT: 20490 * time.Microsecond, MinRTT: 20490 * time.Microsecond, MaxInFlight: 9, Duration: 103 * ms}, 8},
-			{"served 7.76, over 7.04 + half the step: used, grow", Window{Samples: 39, RTT: 20490 * time.Microsecond, MinRTT: 20490 * time.Microsecond, MaxInFlight: 9, Backlog: 2, Duration: 103 * ms}, 9},
+			{"served 7.76, over 7.12 + half the step: confirm", Window{Samples: 39, RTT: 20490 * time.Microsecond, MinRTT: 20490 * time.Microsecond, MaxInFlight: 9, Backlog: 2, Duration: 103 * ms}, 8},
+			{"and again: used, grow", Window{Samples: 39, RTT: 20490 * time.Microsecond, MinRTT: 20490 * time.Microsecond, MaxInFlight: 9, Backlog: 2, Duration: 103 * ms}, 9},
 		})
+	})
+	t.Run("low-tail settings: a probe's baseline is what was served, above the limit or not", func(t *testing.T) {
+		// 8 workers x 20 ms behind a limit of 8: a window's completions wander with the
+		// workers' phases (served 7.2-8.9 in recorded runs), and here the rest read 8.6. A step
+		// to 9 that served as much judged against the limit (8) instead looked used; capping
+		// the baseline at the limit cuts its high readings and keeps its low ones.
+		a := newAlg(t, NewGradient, TailGradient())
+		h := TailGradient().Hold
+		const m = 22 * time.Millisecond
+		at := func(l float64, rtt time.Duration) Window {
+			return Window{Samples: 43, RTT: rtt, MinRTT: m, MaxInFlight: int(l) + 1, Blocked: 60, Duration: 110 * ms}
+		}
+		knee := at(10, 27500*time.Microsecond)
+		knee.Samples = 42 // served 8.4, the drain 8: rounds to 8
+		steps := []step{{"the knee: land on 8", knee, 8}}
+		for i := range h {
+			steps = append(steps, step{fmt.Sprintf("rest %d of %d", i+1, h), at(8, m), 8})
+		}
+		steps = append(steps, step{"probe +1", at(8, m), 9}, step{"let it act", at(9, m), 9},
+			step{"served 8.6 again, not half the step more: back to 8", at(9, m), 8})
+		runSteps(t, a, 10, steps)
+	})
+	t.Run("low-tail settings: a probe is judged against its rest's mean, and a used one confirmed", func(t *testing.T) {
+		// Recorded at 5x on 8 workers x 20 ms: a window holds 40 completions of 8 constant-time
+		// workers, 36 to 45 by their phases, so one window's served concurrency wanders by
+		// about as much as a step of one. A step to 9 judged against the window before it
+		// (7.68) by the next one (8.60) looked used; the limit went on to 10, landed on 9 and
+		// rested there with a request waiting inside the upstream.
+		a := newAlg(t, NewGradient, TailGradient())
+		h := TailGradient().Hold
+		const m = 20510 * time.Microsecond
+		at := func(n int, d time.Duration) Window {
+			return Window{Samples: n, RTT: m, MinRTT: m, MaxInFlight: 10, Blocked: 200, Duration: d}
+		}
+		knee := at(40, 103500*time.Microsecond)
+		knee.RTT = 25600 * time.Microsecond
+		steps := []step{{"the knee: land on 8", knee, 8}}
+		for i := range h {
+			steps = append(steps, step{fmt.Sprintf("rest %d of %d, served 7.93", i+1, h), at(40, 103500*time.Microsecond), 8})
+		}
+		steps = append(steps, step{"served 7.68: probe +1 against the rest's 7.93", at(39, 104200*time.Microsecond), 9},
+			step{"let it act", at(40, 103500*time.Microsecond), 9},
+			step{"served 8.60: looks used, confirm", at(43, 102600*time.Microsecond), 9},
+			step{"served 7.87: 8.24 on the two, not half the step more: back to 8", at(40, 104200*time.Microsecond), 8})
+		runSteps(t, a, 10, steps)
+	})
+	t.Run("low-tail settings: a drain lands below the limit it drained when the upstream served less", func(t *testing.T) {
+		// Recorded at 5x on 4 workers x 20 ms: a step from a fractional 4.65 to 5 failed, and
+		// the landing, 5 x 20.50/22.12 = 4.63 rounded, was 5 itself: marked as the knee, the
+		// limit rested there with a request waiting inside the upstream (p99 40 ms).
+		const m = 20500 * time.Microsecond
+		at := func(l float64, rtt time.Duration) Window {
+			return Window{Samples: 20, RTT: rtt, RTTNoise: 48 * time.Microsecond, MinRTT: m, MaxInFlight: int(l) + 1, Blocked: 95, Duration: 103 * ms}
+		}
+		a := newAlg(t, NewGradient, TailGradient())
+		a.(*gradient).ran = 4.65
+		runSteps(t, a, 4.65, []step{
+			{"clean at 4.65, served 3.98: step to a whole 5", at(4.65, 20880*time.Microsecond), 5},
+			{"slower, served 3.98: the step failed, land on 4, not 5", at(5, 22120*time.Microsecond), 4},
+		})
+		if k := a.(*gradient).knee; k != 4 {
+			t.Errorf("knee after the failed step: %v, want 4", k)
+		}
+		// A drain at a whole limit the upstream served less than lands below it too; one at a
+		// limit it served in full (a slow window of the node) stays on it.
+		b := newAlg(t, NewGradient, TailGradient())
+		b.(*gradient).ran = 5
+		runSteps(t, b, 5, []step{{"5 x 20.50/22.28 = 4.6, served 3.98 of 5: land on 4", at(5, 22280*time.Microsecond), 4}})
+		c := newAlg(t, NewGradient, TailGradient())
+		c.(*gradient).ran = 4
+		full := at(4, 22280*time.Microsecond)
+		full.Samples = 21 // served 4.18
+		runSteps(t, c, 4, []step{{"4 x 20.50/22.28 = 3.7, served 4.18 of 4: land on 4", full, 4}})
 	})
 	t.Run("low-tail settings: a failed probe is told by the requests refused, not the last instant's queue", func(t *testing.T) {
 		// Recorded at 2x on 4 workers x 20 ms with the short wait (2 ms): the queue was empty
@@ -306,8 +383,11 @@ func TestGradient(t *testing.T) {
 		if next >= 4 || next < 3.7 {
 			t.Fatalf("drain without demand: %v, want the unrounded served concurrency (3.7-4)", next)
 		}
+		if got := b.Update(next, at(next, m)); got != next {
+			t.Fatalf("the clean window right after a drain without demand: %v, want %v (a step waits for a window run under the limit)", got, next)
+		}
 		if got := b.Update(next, at(next, m)); got <= next {
-			t.Fatalf("after a drain without demand the next clean window: %v, want growth from %v", got, next)
+			t.Fatalf("after a drain without demand the second clean window: %v, want growth from %v", got, next)
 		}
 	})
 	t.Run("low-tail settings: a step the limiter overrode is no probe", func(t *testing.T) {
@@ -391,7 +471,8 @@ func TestGradient(t *testing.T) {
 		w := Window{Samples: 20, RTT: 30 * ms, MinRTT: m, MaxInFlight: 10, Backlog: 3, Duration: 200 * ms}
 		runSteps(t, a, 10, []step{
 			{"drain by latency", w, 10 * 20.0 / 30},
-			{"and grow next window, to a whole limit", Window{Samples: 40, RTT: m, MinRTT: m, MaxInFlight: 7, Backlog: 3, Duration: 100 * ms}, math.Round(10*20.0/30*1.05 + 0.5)},
+			{"the window after the drain still ran requests admitted under 10: no step", Window{Samples: 40, RTT: m, MinRTT: m, MaxInFlight: 7, Backlog: 3, Duration: 100 * ms}, 10 * 20.0 / 30},
+			{"then grow, to a whole limit", Window{Samples: 40, RTT: m, MinRTT: m, MaxInFlight: 7, Backlog: 3, Duration: 100 * ms}, math.Round(10*20.0/30*1.05 + 0.5)},
 		})
 	})
 	t.Run("low-tail settings: a latency the drains do not lower is the no-load one", func(t *testing.T) {

@@ -31,8 +31,11 @@ import "math"
 //     to a whole number and the limit rests there; then it probes one above it (steps are whole
 //     there: at a fractional limit the queue's lead lends nothing, and a half step measured that
 //     loss as much as its own gain), lets the step act for a window and keeps it only if the
-//     upstream served at least half the step more; a failed probe lands back, marks the knee and
-//     doubles the rest (a step the limiter overrode, slow start doubling the limit, is no probe).
+//     upstream served at least half the step more than the mean of the rest (over two windows
+//     when the first says so: one window's completions wander by about a step); a failed probe
+//     lands back below the step, marks the knee and doubles the rest (a step the limiter
+//     overrode, slow start doubling the limit, is no probe; a step waits for a window run under
+//     the limit after a drain).
 //     Growing from the knee every window put the limit a step above it every other window, and each
 //     request admitted then waits inside the upstream for the next completion (a whole service time
 //     when a constant-time backend's workers finish together), which was most of the admitted p99
@@ -121,8 +124,8 @@ func DefaultGradient() Gradient {
 // buffer 5% plus three times the medians' noise, rest 50 windows at the knee, probe at most
 // every 300. Together with the adaptive queue's lead and short wait (queue.lead 750us,
 // queue.waitPerRTT 0.1) they hold a constant-time backend's limit on its workers and the
-// admitted p99 at 1.09-1.32x the unloaded one where the defaults reach 1.7-2x, at
-// 0.998-1.002x the goodput of Envoy's adaptive_concurrency; a backend whose service time
+// admitted p99 at 1.09-1.22x the unloaded one where the defaults reach 1.7-2x, at
+// 0.992-1.003x the goodput of Envoy's adaptive_concurrency; a backend whose service time
 // spreads keeps one request waiting inside it
 // (docs/benchmarks.md, "The adaptive tail").
 func TailGradient() Gradient {
@@ -181,6 +184,14 @@ type gradient struct {
 	drained, base float64
 	age           int
 	lagged        bool // the last window followed a drain and was as slow: the lag of a queue, or not
+	// ran is the limit the last window ran under (0: unknown): a window after a higher one
+	// still completes requests admitted under it.
+	ran float64
+	// restSum and restN add up the concurrency served in the windows of the current rest that
+	// ran wholly under its limit: the baseline a probe is judged against. probeSum and probeN
+	// do the same for the windows that judge a probe.
+	restSum, probeSum float64
+	restN, probeN     int
 	// knee is where the last failed step up landed (0: unknown); back: a drain landed below
 	// it and the limit returns to it after a window; returned: it just did.
 	knee           float64
@@ -188,6 +199,10 @@ type gradient struct {
 }
 
 func (g *gradient) Name() string { return NameGradient }
+
+// minRestWindows is how many windows of a rest make its mean the baseline a probe is judged
+// against, instead of the last window alone.
+const minRestWindows = 4
 
 // baseMax bounds a no-load latency learned from drains that did not lower the latency, as a
 // multiple of the estimator's: at worst the limit then settles where the default buffer (25%)
@@ -199,7 +214,7 @@ const baseMax = 1.25
 // that request waits inside the upstream for the next completion (with a constant service
 // time, for a whole service time when the workers finish together). The limit then rests there,
 // twice as long as last time when a step up just failed.
-func (g *gradient) landed(next float64, returned bool) float64 {
+func (g *gradient) landed(next, limit float64, returned, below bool) float64 {
 	g.rest = max(g.rest, g.c.Hold)
 	failed := g.probing
 	if failed {
@@ -209,8 +224,17 @@ func (g *gradient) landed(next float64, returned bool) float64 {
 	}
 	// Rounded to the nearest: one request too many queues inside the upstream and the next
 	// window drains it, one too few idles a worker until the next probe.
-	next = math.Max(math.Round(next), 1)
+	next = math.Round(next)
+	if failed || below {
+		// But below the limit that drained when a step up failed or the upstream served
+		// less than it: a drain diluted by the requests that did not wait (4.6 at 5 on 4
+		// workers, or a failed step from a fractional 4.65) rounded back to the limit,
+		// marked it as the knee and rested there with a request waiting inside the upstream.
+		next = math.Min(next, math.Ceil(limit)-1)
+	}
+	next = math.Max(next, 1)
 	g.probing = false
+	g.restSum, g.restN = 0, 0
 	switch {
 	case failed:
 		g.knee = next
@@ -231,6 +255,8 @@ func (g *gradient) landed(next float64, returned bool) float64 {
 
 func (g *gradient) Update(limit float64, w Window) float64 {
 	limit = sanitize(limit)
+	prev := g.ran
+	g.ran = limit
 	if g.probing && limit != g.to {
 		// The limiter moved the limit past the step (slow start doubled it, a bound clipped
 		// it): what the next windows measure is not that step, and a drain from a doubled
@@ -323,7 +349,7 @@ func (g *gradient) Update(limit float64, w Window) float64 {
 			// that served much less than it held in flight spans idle time, after which the
 			// first requests are slow for reasons of their own. The limit then follows without
 			// resting.)
-			return g.landed(next, returned)
+			return g.landed(next, limit, returned, math.Round(served) < limit)
 		}
 		g.hold, g.probing, g.rested = 0, false, false
 		if returned {
@@ -336,15 +362,31 @@ func (g *gradient) Update(limit float64, w Window) float64 {
 		// for a while.
 		g.hold--
 		g.rested = !g.probing
+		if served, ok := w.served(est); ok && g.rested && prev == limit {
+			g.restSum += served
+			g.restN++
+		}
 		return limit
 	}
 	if g.probing {
-		if served, ok := w.served(est); ok && g.before > 0 && w.demanded() && served < g.before+(limit-g.from)/2 {
-			// The step up left the latency clean but was not used: the upstream served less
-			// than half the step more than before it (a constant-time upstream whose workers
-			// finish together queues the extra request for a whole service time without moving
-			// the median much). The knee is where it was.
-			return g.landed(g.from, false)
+		if served, ok := w.served(est); ok && g.before > 0 && w.demanded() {
+			g.probeSum += served
+			g.probeN++
+			if g.probeSum/float64(g.probeN) < g.before+(limit-g.from)/2 {
+				// The step up left the latency clean but was not used: the upstream served
+				// less than half the step more than before it (a constant-time upstream whose
+				// workers finish together queues the extra request for a whole service time
+				// without moving the median much). The knee is where it was.
+				return g.landed(g.from, limit, false, false)
+			}
+			if g.probeN < 2 {
+				// It looks used, but one window's completions wander by a tenth (40 in a
+				// window of 8 constant-time workers, 36 to 45 in the recorded runs), about as
+				// much as a step of one: a step to 9 judged by one window that read 8.6
+				// against 7.7 went on to 10, then landed on 9 and rested there with a queue
+				// inside the upstream. Confirm it over the next window.
+				return limit
+			}
 		}
 		// The last step up left the latency clean and was used: the knee has moved up; probe
 		// at the shortest rest again.
@@ -360,8 +402,19 @@ func (g *gradient) Update(limit float64, w Window) float64 {
 		g.back = false
 		if g.knee > limit {
 			g.returned, g.hold = true, g.rest
+			g.restSum, g.restN = 0, 0
 			return g.knee
 		}
+	}
+	if precise && next > limit && prev > limit {
+		// A step is judged against what was served before it, so the window it starts from
+		// must have run under this limit: the window right after a drain still completes
+		// requests admitted under the higher limit, and a step judged against that judged a
+		// used step unused (a limit rested at 7 of 8 workers for 4 s). Capping that figure at
+		// the limit instead biased every baseline low (a window of 8 workers reads 7.2-8.9
+		// served by the phases of their completions: the cap cut the high readings and kept
+		// the low ones), so steps to 9 looked used. Wait a window.
+		return limit
 	}
 	if g.rested {
 		// The first step after a rest is the smallest, Headroom (a whole one, below): the knee
@@ -379,12 +432,14 @@ func (g *gradient) Update(limit float64, w Window) float64 {
 		// A window mostly times requests admitted before it began: judge a step up by the
 		// window after it before taking the next, against what was served before it.
 		g.hold, g.probing, g.from, g.to, g.before = 1, true, limit, next, 0
-		if served, ok := w.served(est); ok {
-			// Never above the limit: a window after a drain still completes requests
-			// admitted under the higher limit, and a step judged against that judged a used
-			// step unused (a limit rested at 7 of 8 workers for 4 s).
-			g.before = math.Min(served, limit)
+		g.probeSum, g.probeN = 0, 0
+		if g.restN >= minRestWindows {
+			// The rest's mean: one window's completions wander by about as much as the step.
+			g.before = g.restSum / float64(g.restN)
+		} else if served, ok := w.served(est); ok {
+			g.before = served
 		}
+		g.restSum, g.restN = 0, 0
 	}
 	return next
 }
