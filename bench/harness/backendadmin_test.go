@@ -12,15 +12,22 @@ import (
 	"github.com/loadshed/loadshed/internal/backend"
 )
 
-// The harness drives the real backend's admin: its workers and service time for a point, and
-// the start of its service-time sequence for each measured window.
-func TestBackendAdminCalls(t *testing.T) {
+// startBackendAdmin serves a real backend's admin endpoint for the test's lifetime.
+func startBackendAdmin(t *testing.T) (*backend.Server, *httptest.Server) {
+	t.Helper()
 	s, err := backend.New(backend.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(s.AdminHandler())
-	defer srv.Close()
+	t.Cleanup(srv.Close)
+	return s, srv
+}
+
+// The harness drives the real backend's admin: its workers and service time for a point, and
+// the start of its service-time sequence for each measured window.
+func TestBackendAdminCalls(t *testing.T) {
+	_, srv := startBackendAdmin(t)
 	admin := strings.TrimPrefix(srv.URL, "http://")
 	ctx := context.Background()
 	if err := configureBackend(ctx, admin, Backend{Workers: 3, Service: 30 * time.Millisecond, SlowTail: true}); err != nil {
@@ -78,12 +85,7 @@ func TestBackendAdminCallsFailLoudly(t *testing.T) {
 // The measured window's backend usage is the difference of two reads of the real backend's
 // /metrics: the services that ended between them and the worker time they held.
 func TestBackendUsageFromTheBackendsMetrics(t *testing.T) {
-	s, err := backend.New(backend.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin := httptest.NewServer(s.AdminHandler())
-	defer admin.Close()
+	s, admin := startBackendAdmin(t)
 	data := httptest.NewServer(s.Handler())
 	defer data.Close()
 	addr := strings.TrimPrefix(admin.URL, "http://")
