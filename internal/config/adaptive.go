@@ -42,9 +42,10 @@ type AdaptiveQueue struct {
 	WaitPerRTT    float64  `yaml:"waitPerRTT"`
 	// Lead: a request in flight for the latency expected less Lead is about to finish and
 	// lets the next one in, lending its slot once (admission.AdaptiveConfig.Lead). 0 (the
-	// default): off. 750us, with the gradient's low-tail settings and WaitPerRTT 0.1, is
+	// default): off. 1ms, with the gradient's low-tail settings and WaitPerRTT 0.1, is
 	// measured in docs/benchmarks.md ("The adaptive tail"): a sidecar's loopback hop and the
-	// wake-ups of two processes on a busy node take some hundreds of microseconds.
+	// wake-ups of two processes on a busy node take some hundreds of microseconds, and its
+	// timers fire some hundreds late.
 	Lead Duration `yaml:"lead"`
 	// Order is fifo, lifo (newest first, within a priority level), or empty: lifo for the queue
 	// that follows the limit, fifo for a fixed Depth.

@@ -58,17 +58,20 @@ type AdaptiveConfig struct {
 	// refused, instead of making every admitted request pay the whole wait.
 	QueueLIFO bool
 	// Lead hands a slot over just before it frees: a request in flight that is expected to
-	// finish within Lead (it set out, or the request that lent it a slot was expected to
-	// finish, one expected latency ago: the larger of the no-load estimate and the last
-	// window's median), and is not overdue by more than that latency, lends its slot once to a
-	// request admitted in its place; at most an eighth of the limit (at least one) is lent at
-	// once, never while the limit is fractional, and the lead is at most a twentieth of the
-	// expected latency. The request then reaches the upstream as the slot frees instead of
-	// setting out only then, so the limit can sit at the upstream's own concurrency without a
-	// worker idling for the hop after each completion, and without a queue inside the upstream
-	// to hide that hop. It should be about the hop: a sidecar's loopback hop and the two
-	// processes' wake-ups, some hundreds of microseconds; a lead much longer than the hop makes
-	// the lent requests wait inside the upstream. Zero: off.
+	// finish within Lead (it set out, or the request that lent it a slot was released, one
+	// expected latency ago: the larger of the no-load estimate and the last window's median;
+	// before that lender's release, one latency after the lender was expected to finish), and
+	// is not overdue by more than that latency, lends its slot once to a request admitted in
+	// its place; at most an eighth of the limit (at least one) is lent at once, never while
+	// the limit is fractional, and the lead is at most a twentieth of the expected latency.
+	// The request then reaches the upstream as the slot frees instead of setting out only
+	// then, so the limit can sit at the upstream's own concurrency without a worker idling for
+	// the hop after each completion, and without a queue inside the upstream to hide that hop.
+	// The borrower's latency sample is counted from its lender's release (shortened by at most
+	// Lead): the wait inside the upstream the lead itself causes is not a queue the limit holds.
+	// It should cover the hop and the spread of finishes around the expected one: a sidecar's
+	// loopback hop and the two processes' wake-ups take some hundreds of microseconds, and a
+	// busy node's timers fire a few hundred late. Zero: off.
 	Lead       time.Duration
 	Priorities PriorityConfig
 }

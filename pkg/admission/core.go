@@ -110,6 +110,10 @@ type Ticket struct {
 	// another in just before that
 	finish time.Time
 	lent   bool
+	// A lender and the request it lent its slot to are linked while both are in flight; freed
+	// is when a borrower's lender was released (its slot freed in the upstream then).
+	lender, borrower *Ticket
+	freed            time.Time
 
 	// wait-queue links and expiry-heap index; start is the leaky bucket's scheduled start.
 	prev, next *Ticket

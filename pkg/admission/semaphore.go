@@ -215,7 +215,11 @@ func (s *semaphore) take(now time.Time, t *Ticket) {
 	var after time.Time // the lenders' expected finish, when t takes slots they lend
 	if s.lead > 0 && !s.fits(t) {
 		if need := s.over(t); need > 0 {
-			after, _ = s.lend(now, need, true)
+			var lender *Ticket
+			after, _, lender = s.lend(now, need, true)
+			if lender != nil {
+				t.lender, lender.borrower = lender, t
+			}
 		}
 	}
 	s.inUse += t.cost
@@ -300,14 +304,17 @@ func (s *semaphore) leadSpan() (m, lead time.Duration) {
 //
 // Each request lends its slot once, to one request admitted in its place just before it
 // finishes; the lent units return when the lender is released. The borrower is expected to
-// finish one latency after its lender, so a chain of borrowers does not drift ahead of the
-// upstream. So the slot a finishing request leaves is taken by a request that reaches the
-// upstream as it frees, instead of one that sets out only then.
-func (s *semaphore) lend(now time.Time, need int64, mark bool) (time.Time, int64) {
+// finish one latency after its lender is expected to, and once the lender is released, one
+// latency after that (Release), so a chain of borrowers does not drift ahead of the upstream.
+// So the slot a finishing request leaves is taken by a request that reaches the upstream as
+// it frees, instead of one that sets out only then. It returns the lender with the latest
+// expected finish too (nil when none), the one the borrower is linked to.
+func (s *semaphore) lend(now time.Time, need int64, mark bool) (time.Time, int64, *Ticket) {
 	m, lead := s.leadSpan()
 	if m <= 0 {
-		return time.Time{}, 0
+		return time.Time{}, 0, nil
 	}
+	var lender *Ticket
 	room := s.lendRoom() - s.lentOut
 	var n int64
 	var last time.Time
@@ -317,13 +324,16 @@ func (s *semaphore) lend(now time.Time, need int64, mark bool) (time.Time, int64
 			continue
 		}
 		n += t.cost
+		if !t.finish.Before(last) {
+			lender = t
+		}
 		last = later(last, t.finish)
 		if mark {
 			t.lent = true
 			s.lentOut += t.cost
 		}
 	}
-	return last, n
+	return last, n, lender
 }
 
 // leadReady is when the next request in flight not yet about to finish at now will be, or
@@ -363,7 +373,7 @@ func (s *semaphore) fitsNow(now time.Time, t *Ticket) bool {
 	if need <= 0 {
 		return true
 	}
-	_, n := s.lend(now, need, false)
+	_, n, _ := s.lend(now, need, false)
 	return n >= need
 }
 
@@ -466,6 +476,19 @@ func (s *semaphore) Release(now time.Time, t *Ticket, o Outcome, ev *Events) {
 		if t.lent {
 			s.lentOut -= t.cost
 		}
+		if b := t.borrower; b != nil {
+			// The borrower holds the freed slot from now: it is expected to finish one
+			// latency from here, not from when its lender was expected to (a late lender
+			// made each borrower in a chain later than expected, and the chain's lends ever
+			// earlier).
+			b.freed, b.lender, t.borrower = now, nil, nil
+			if m := s.expected(); m > 0 {
+				b.finish = now.Add(m)
+			}
+		}
+		if l := t.lender; l != nil {
+			l.borrower, t.lender = nil, nil
+		}
 	}
 	s.inUse -= t.cost
 	if s.important(t) {
@@ -485,6 +508,14 @@ func (s *semaphore) Release(now time.Time, t *Ticket, o Outcome, ev *Events) {
 		rtt := hold
 		if t.RTT > 0 {
 			rtt = t.RTT
+		}
+		if !t.freed.IsZero() && t.freed.After(t.Granted) {
+			// A borrower reached the upstream before its lender's slot freed and waited there
+			// for it, by design: its latency is counted from when the slot freed (the lender's
+			// release), so that the lead's own wait is not read as a queue the limit holds. By
+			// at most the lead: a lender released later than that (a slow upstream, or a
+			// client that reads its answer slowly) shortens no sample by more.
+			rtt = max(min(rtt, now.Sub(t.freed)), rtt-s.lead)
 		}
 		s.limit = s.adapt.sample(now, rtt, o, s.limit, s.q.len(), t.Granted, t.cost, s.inUse)
 	}

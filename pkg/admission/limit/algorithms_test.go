@@ -277,6 +277,24 @@ func TestGradient(t *testing.T) {
 			{"and again: used, grow", Window{Samples: 39, RTT: 20490 * time.Microsecond, MinRTT: 20490 * time.Microsecond, MaxInFlight: 9, Backlog: 2, Duration: 103 * ms}, 9},
 		})
 	})
+	t.Run("low-tail settings: a first step without a rest is judged against at most its limit", func(t *testing.T) {
+		// Recorded at 5x on 8 workers x 20 ms (the bench's trace): slow start overshot to 22,
+		// a drain from 11 landed nowhere at 7.48, and the first step to 8 was judged against
+		// the one window before it, which read 8.3 by the workers' phases. Serving 8.0 looked
+		// unused: the limit landed on 7, marked it as the knee and rested there for the run.
+		a := newAlg(t, NewGradient, TailGradient())
+		a.(*gradient).ran = 7.48
+		const m = 20500 * time.Microsecond
+		at := func(n int, d time.Duration) Window {
+			return Window{Samples: n, RTT: m, MinRTT: m, MaxInFlight: 9, Blocked: 200, Duration: d}
+		}
+		runSteps(t, a, 7.48, []step{
+			{"served 8.3 under 7.48: step to a whole 8, against 7.48", at(42, 103730*time.Microsecond), 8},
+			{"let it act", at(40, 102500*time.Microsecond), 8},
+			{"served 8.0, over 7.48 + half the step: confirm", at(40, 102500*time.Microsecond), 8},
+			{"and again: used, grow", at(40, 102500*time.Microsecond), 9},
+		})
+	})
 	t.Run("low-tail settings: a probe's baseline is what was served, above the limit or not", func(t *testing.T) {
 		// 8 workers x 20 ms behind a limit of 8: a window's completions wander with the
 		// workers' phases (served 7.2-8.9 in recorded runs), and here the rest read 8.6. A step

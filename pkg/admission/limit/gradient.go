@@ -31,8 +31,9 @@ import "math"
 //     to a whole number and the limit rests there; then it probes one above it (steps are whole
 //     there: at a fractional limit the queue's lead lends nothing, and a half step measured that
 //     loss as much as its own gain), lets the step act for a window and keeps it only if the
-//     upstream served at least half the step more than the mean of the rest (over two windows
-//     when the first says so: one window's completions wander by about a step); a failed probe
+//     upstream served at least half the step more than the mean of the rest (without a rest,
+//     than the window before the step, at most its limit; over two windows when the first says
+//     so: one window's completions wander by about a step); a failed probe
 //     lands back below the step, marks the knee and doubles the rest (a step the limiter
 //     overrode, slow start doubling the limit, is no probe; a step waits for a window run under
 //     the limit after a drain).
@@ -122,10 +123,10 @@ func DefaultGradient() Gradient {
 
 // TailGradient returns the sidecar defaults with the low-tail settings (issue 35, opt in):
 // buffer 5% plus three times the medians' noise, rest 50 windows at the knee, probe at most
-// every 300. Together with the adaptive queue's lead and short wait (queue.lead 750us,
+// every 300. Together with the adaptive queue's lead and short wait (queue.lead 1ms,
 // queue.waitPerRTT 0.1) they hold a constant-time backend's limit on its workers and the
-// admitted p99 at 1.09-1.22x the unloaded one where the defaults reach 1.7-2x, at
-// 0.992-1.003x the goodput of Envoy's adaptive_concurrency; a backend whose service time
+// admitted p99 at 1.06-1.12x the unloaded one where the defaults reach 1.7-2x, at
+// 1.003-1.007x the goodput of Envoy's adaptive_concurrency; a backend whose service time
 // spreads keeps one request waiting inside it
 // (docs/benchmarks.md, "The adaptive tail").
 func TailGradient() Gradient {
@@ -437,7 +438,13 @@ func (g *gradient) Update(limit float64, w Window) float64 {
 			// The rest's mean: one window's completions wander by about as much as the step.
 			g.before = g.restSum / float64(g.restN)
 		} else if served, ok := w.served(est); ok {
-			g.before = served
+			// Without a rest (a drain that did not land, as after slow start), one window
+			// is all there is, and at most the limit it ran under: a first step from 7.48 to
+			// 8 on 8 workers, judged against a window that read 8.3 by its phases, looked
+			// unused, marked 7 as the knee and rested there 20 s. A baseline read high marks
+			// a knee a worker low for up to HoldMax windows; one capped low costs at most a
+			// step above the knee, which the latency then drains.
+			g.before = math.Min(served, limit)
 		}
 		g.restSum, g.restN = 0, 0
 	}
