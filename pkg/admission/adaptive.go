@@ -68,7 +68,7 @@ type AdaptiveConfig struct {
 	// then, so the limit can sit at the upstream's own concurrency without a worker idling for
 	// the hop after each completion, and without a queue inside the upstream to hide that hop.
 	// The borrower's latency sample is counted from its lender's release (shortened by at most
-	// Lead): the wait inside the upstream the lead itself causes is not a queue the limit holds.
+	// the lead in effect): the wait inside the upstream the lead itself causes is not a queue the limit holds.
 	// It should cover the hop and the spread of finishes around the expected one: a sidecar's
 	// loopback hop and the two processes' wake-ups take some hundreds of microseconds, and a
 	// busy node's timers fire a few hundred late. Zero: off.

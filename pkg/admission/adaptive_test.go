@@ -874,3 +874,42 @@ func TestAdaptiveLeadBorrowerCountsFromTheFreedSlot(t *testing.T) {
 		t.Fatalf("late lender's borrower: %d samples, median %v, want one of 23ms (23.5 less the lead)", w.Samples, w.RTT)
 	}
 }
+
+// The lead in effect is at most a twentieth of the expected latency, whatever is configured,
+// and so is what a borrower's sample may be shortened by: a lender whose client read its
+// answer 3 ms late on a 20 ms upstream shortens its borrower's 23.5 ms by 1 ms, not by the 5 ms
+// configured.
+func TestAdaptiveLeadShortensASampleByAtMostTheLeadInEffect(t *testing.T) {
+	const ms = time.Millisecond
+	rec := &recorder{next: func(cur float64, w limit.Window) float64 { return cur }}
+	core := must(admission.NewAdaptive(admission.AdaptiveConfig{
+		Algorithm: rec, InitialLimit: 1, MinLimit: 1, MaxLimit: 1, Window: 100 * ms, MinSamples: 1,
+		QueueDepth: 8, MaxWait: 10 * time.Second, Lead: 5 * ms,
+	}))
+	var ev admission.Events
+	offer := offerer(core, &ev)
+	drive(core, t0, 1, 20*ms, admission.Success)
+	drive(core, t0.Add(100*ms), 1, 20*ms, admission.Success)
+	at := t0.Add(time.Second)
+	a, b := offer(at), offer(at)
+	core.Advance(at.Add(19*ms-time.Microsecond), &ev)
+	if b.State() != admission.Pending {
+		t.Fatalf("borrower %v more than a twentieth of the latency early, want pending", b.State())
+	}
+	core.Advance(at.Add(19*ms), &ev)
+	if a.State() != admission.Admitted || b.State() != admission.Admitted {
+		t.Fatalf("states %v %v, want both admitted 1 ms before the expected finish", a.State(), b.State())
+	}
+	a.RTT = 20 * ms // its exchange took 20 ms; its client took 3 ms more to read the answer
+	core.Release(at.Add(23*ms), a, admission.Success, &ev)
+	b.RTT = 23500 * time.Microsecond
+	core.Release(at.Add(43*ms), b, admission.Success, &ev)
+	n := len(rec.windows)
+	drive(core, at.Add(200*ms), 1, 20*ms, admission.Ignore)
+	if len(rec.windows) != n+1 {
+		t.Fatalf("%d windows closed, want 1", len(rec.windows)-n)
+	}
+	if w := rec.windows[n]; w.Samples != 1 || w.RTT != 22500*time.Microsecond {
+		t.Fatalf("borrower's window: %d samples, median %v, want one of 22.5ms (23.5 less the 1 ms lead in effect)", w.Samples, w.RTT)
+	}
+}

@@ -513,9 +513,11 @@ func (s *semaphore) Release(now time.Time, t *Ticket, o Outcome, ev *Events) {
 			// A borrower reached the upstream before its lender's slot freed and waited there
 			// for it, by design: its latency is counted from when the slot freed (the lender's
 			// release), so that the lead's own wait is not read as a queue the limit holds. By
-			// at most the lead: a lender released later than that (a slow upstream, or a
-			// client that reads its answer slowly) shortens no sample by more.
-			rtt = max(min(rtt, now.Sub(t.freed)), rtt-s.lead)
+			// at most the lead in effect (at most a twentieth of the expected latency): a
+			// lender released later than that (a slow upstream, or a client that reads its
+			// answer slowly) shortens no sample by more.
+			lead := min(s.lead, s.expected()/maxLeadShare)
+			rtt = max(min(rtt, now.Sub(t.freed)), rtt-lead)
 		}
 		s.limit = s.adapt.sample(now, rtt, o, s.limit, s.q.len(), t.Granted, t.cost, s.inUse)
 	}
