@@ -798,6 +798,35 @@ func offerer(core admission.Core, ev *admission.Events) func(time.Time) *admissi
 	}
 }
 
+// leadCore is an adaptive core with one permit, the given lead and a recorded algorithm that
+// keeps the limit, taught a no-load latency of 20 ms. window closes the window in progress at
+// end with no sample of its own and returns it.
+func leadCore(t *testing.T, lead time.Duration) (core admission.Core, ev *admission.Events, offer func(time.Time) *admission.Ticket, window func(end time.Time) limit.Window) {
+	t.Helper()
+	rec := &recorder{next: func(cur float64, w limit.Window) float64 { return cur }}
+	core = must(admission.NewAdaptive(admission.AdaptiveConfig{
+		Algorithm: rec, InitialLimit: 1, MinLimit: 1, MaxLimit: 1, Window: 100 * time.Millisecond, MinSamples: 1,
+		QueueDepth: 8, MaxWait: 10 * time.Second, Lead: lead,
+	}))
+	ev = &admission.Events{}
+	offer = offerer(core, ev)
+	drive(core, t0, 1, 20*time.Millisecond, admission.Success)
+	drive(core, t0.Add(100*time.Millisecond), 1, 20*time.Millisecond, admission.Success)
+	if st := core.Stats(t0); st.MinRTT != 20*time.Millisecond {
+		t.Fatalf("MinRTT %v, want 20ms", st.MinRTT)
+	}
+	window = func(end time.Time) limit.Window {
+		t.Helper()
+		n := len(rec.windows)
+		drive(core, end, 1, 20*time.Millisecond, admission.Ignore)
+		if len(rec.windows) != n+1 {
+			t.Fatalf("%d windows closed, want 1", len(rec.windows)-n)
+		}
+		return rec.windows[n]
+	}
+	return core, ev, offer, window
+}
+
 // A borrower holds its lender's slot from the lender's release: its latency sample starts there,
 // so the time it waited inside the upstream for that slot (the lead's own wait, at most the
 // lead) is not read as a queue the limit holds; and a lender released late makes its borrower's
@@ -806,40 +835,19 @@ func offerer(core admission.Core, ev *admission.Events) func(time.Time) *admissi
 func TestAdaptiveLeadBorrowerCountsFromTheFreedSlot(t *testing.T) {
 	const lead = 500 * time.Microsecond
 	const ms = time.Millisecond
-	rec := &recorder{next: func(cur float64, w limit.Window) float64 { return cur }}
-	core := must(admission.NewAdaptive(admission.AdaptiveConfig{
-		Algorithm: rec, InitialLimit: 1, MinLimit: 1, MaxLimit: 1, Window: 100 * ms, MinSamples: 1,
-		QueueDepth: 8, MaxWait: 10 * time.Second, Lead: lead,
-	}))
-	var ev admission.Events
-	offer := offerer(core, &ev)
-	drive(core, t0, 1, 20*ms, admission.Success)
-	drive(core, t0.Add(100*ms), 1, 20*ms, admission.Success)
-	if st := core.Stats(t0); st.MinRTT != 20*ms {
-		t.Fatalf("MinRTT %v, want 20ms", st.MinRTT)
-	}
+	core, ev, offer, window := leadCore(t, lead)
 	// lent starts a request, lets a second borrow its slot the lead before it is expected to
 	// finish, and releases the first at freed with an exchange of rtt; it returns the borrower.
 	lent := func(at, freed time.Time, rtt time.Duration) *admission.Ticket {
 		t.Helper()
 		a, b := offer(at), offer(at)
-		core.Advance(at.Add(20*ms-lead), &ev)
+		core.Advance(at.Add(20*ms-lead), ev)
 		if a.State() != admission.Admitted || b.State() != admission.Admitted {
 			t.Fatalf("states %v %v, want both admitted (the second on the slot the first lends)", a.State(), b.State())
 		}
 		a.RTT = rtt
-		core.Release(freed, a, admission.Success, &ev)
+		core.Release(freed, a, admission.Success, ev)
 		return b
-	}
-	// window closes the window in progress at end with no sample of its own and returns it.
-	window := func(end time.Time) limit.Window {
-		t.Helper()
-		n := len(rec.windows)
-		drive(core, end, 1, 20*ms, admission.Ignore)
-		if len(rec.windows) != n+1 {
-			t.Fatalf("%d windows closed, want 1", len(rec.windows)-n)
-		}
-		return rec.windows[n]
 	}
 
 	// On time: the borrower set out 19.5 ms after its lender and waited 0.5 ms inside the
@@ -847,7 +855,7 @@ func TestAdaptiveLeadBorrowerCountsFromTheFreedSlot(t *testing.T) {
 	at := t0.Add(time.Second)
 	b := lent(at, at.Add(20*ms), 20*ms)
 	b.RTT = 20500 * time.Microsecond
-	core.Release(at.Add(40*ms), b, admission.Success, &ev)
+	core.Release(at.Add(40*ms), b, admission.Success, ev)
 	if w := window(at.Add(200 * ms)); w.Samples != 1 || w.RTT != 20*ms {
 		t.Fatalf("borrower's window: %d samples, median %v, want its one sample of 20ms (from the freed slot)", w.Samples, w.RTT)
 	}
@@ -863,13 +871,13 @@ func TestAdaptiveLeadBorrowerCountsFromTheFreedSlot(t *testing.T) {
 	if w := core.Wake(); !w.Equal(due) {
 		t.Fatalf("Wake at %v, want %v (one latency from the freed slot, less the lead)", w.Sub(at), due.Sub(at))
 	}
-	core.Advance(due, &ev)
+	core.Advance(due, ev)
 	if c.State() != admission.Admitted {
 		t.Fatalf("third request %v at %v, want admitted on the slot the borrower lends", c.State(), due.Sub(at))
 	}
 	b.RTT = 23500 * time.Microsecond
-	core.Release(freed.Add(20*ms), b, admission.Success, &ev)
-	core.Release(freed.Add(40*ms), c, admission.Ignore, &ev)
+	core.Release(freed.Add(20*ms), b, admission.Success, ev)
+	core.Release(freed.Add(40*ms), c, admission.Ignore, ev)
 	if w := window(at.Add(200 * ms)); w.Samples != 1 || w.RTT != 23*ms {
 		t.Fatalf("late lender's borrower: %d samples, median %v, want one of 23ms (23.5 less the lead)", w.Samples, w.RTT)
 	}
@@ -881,35 +889,22 @@ func TestAdaptiveLeadBorrowerCountsFromTheFreedSlot(t *testing.T) {
 // configured.
 func TestAdaptiveLeadShortensASampleByAtMostTheLeadInEffect(t *testing.T) {
 	const ms = time.Millisecond
-	rec := &recorder{next: func(cur float64, w limit.Window) float64 { return cur }}
-	core := must(admission.NewAdaptive(admission.AdaptiveConfig{
-		Algorithm: rec, InitialLimit: 1, MinLimit: 1, MaxLimit: 1, Window: 100 * ms, MinSamples: 1,
-		QueueDepth: 8, MaxWait: 10 * time.Second, Lead: 5 * ms,
-	}))
-	var ev admission.Events
-	offer := offerer(core, &ev)
-	drive(core, t0, 1, 20*ms, admission.Success)
-	drive(core, t0.Add(100*ms), 1, 20*ms, admission.Success)
+	core, ev, offer, window := leadCore(t, 5*ms)
 	at := t0.Add(time.Second)
 	a, b := offer(at), offer(at)
-	core.Advance(at.Add(19*ms-time.Microsecond), &ev)
+	core.Advance(at.Add(19*ms-time.Microsecond), ev)
 	if b.State() != admission.Pending {
 		t.Fatalf("borrower %v more than a twentieth of the latency early, want pending", b.State())
 	}
-	core.Advance(at.Add(19*ms), &ev)
+	core.Advance(at.Add(19*ms), ev)
 	if a.State() != admission.Admitted || b.State() != admission.Admitted {
 		t.Fatalf("states %v %v, want both admitted 1 ms before the expected finish", a.State(), b.State())
 	}
 	a.RTT = 20 * ms // its exchange took 20 ms; its client took 3 ms more to read the answer
-	core.Release(at.Add(23*ms), a, admission.Success, &ev)
+	core.Release(at.Add(23*ms), a, admission.Success, ev)
 	b.RTT = 23500 * time.Microsecond
-	core.Release(at.Add(43*ms), b, admission.Success, &ev)
-	n := len(rec.windows)
-	drive(core, at.Add(200*ms), 1, 20*ms, admission.Ignore)
-	if len(rec.windows) != n+1 {
-		t.Fatalf("%d windows closed, want 1", len(rec.windows)-n)
-	}
-	if w := rec.windows[n]; w.Samples != 1 || w.RTT != 22500*time.Microsecond {
+	core.Release(at.Add(43*ms), b, admission.Success, ev)
+	if w := window(at.Add(200 * ms)); w.Samples != 1 || w.RTT != 22500*time.Microsecond {
 		t.Fatalf("borrower's window: %d samples, median %v, want one of 22.5ms (23.5 less the 1 ms lead in effect)", w.Samples, w.RTT)
 	}
 }

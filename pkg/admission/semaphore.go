@@ -292,7 +292,13 @@ func (s *semaphore) leadSpan() (m, lead time.Duration) {
 	if m <= 0 || s.part() > 0 {
 		return 0, 0
 	}
-	return m, min(s.lead, m/maxLeadShare)
+	return m, s.leadFor(m)
+}
+
+// leadFor is the lead in effect for an expected latency m: the configured one, at most a
+// twentieth of m.
+func (s *semaphore) leadFor(m time.Duration) time.Duration {
+	return min(s.lead, m/maxLeadShare)
 }
 
 // lend finds requests in flight about to finish that may lend their slots now: expected to
@@ -516,8 +522,7 @@ func (s *semaphore) Release(now time.Time, t *Ticket, o Outcome, ev *Events) {
 			// at most the lead in effect (at most a twentieth of the expected latency): a
 			// lender released later than that (a slow upstream, or a client that reads its
 			// answer slowly) shortens no sample by more.
-			lead := min(s.lead, s.expected()/maxLeadShare)
-			rtt = max(min(rtt, now.Sub(t.freed)), rtt-lead)
+			rtt = max(min(rtt, now.Sub(t.freed)), rtt-s.leadFor(s.expected()))
 		}
 		s.limit = s.adapt.sample(now, rtt, o, s.limit, s.q.len(), t.Granted, t.cost, s.inUse)
 	}
