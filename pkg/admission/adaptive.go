@@ -177,6 +177,8 @@ type controller struct {
 	// held is the permits in flight when the current window began that have not been released
 	// since (Window.Held at its end).
 	held int64
+	// kept counts the windows in a row left out of the no-load estimate (learns).
+	kept int
 }
 
 func newController(c AdaptiveConfig) *controller {
@@ -186,6 +188,23 @@ func newController(c AdaptiveConfig) *controller {
 		minRTT: limit.NewMinRTT(c.MinRTTWindows), noise: limit.NewMinNoise(c.MinRTTWindows), slowStart: c.SlowStart, tolerance: c.Tolerance,
 		rtts: make([]time.Duration, 0, 64),
 	}
+}
+
+// maxKeptWindows bounds how many windows in a row the no-load estimator leaves out because the
+// algorithm kept a queue in them (limit.QueueKeeper): the next one is learned whatever it
+// says, so a backend that became slower by less than the algorithm can tell from the queue it
+// keeps (the gradient: half again the estimate) is still followed, within ten of the
+// estimator's spans instead of one.
+const maxKeptWindows = 9
+
+// learns reports whether the window just given to the algorithm teaches the no-load estimator.
+func (c *controller) learns() bool {
+	if k, ok := c.algo.(limit.QueueKeeper); ok && k.KeptQueue() && c.kept < maxKeptWindows {
+		c.kept++
+		return false
+	}
+	c.kept = 0
+	return true
 }
 
 // inflight records the in-flight count after an admission.
@@ -243,6 +262,7 @@ func (c *controller) sample(now time.Time, rtt time.Duration, o Outcome, cur flo
 	next := cur
 	if n > 0 {
 		w := limit.Window{Samples: len(c.rtts), Dropped: c.dropped, MaxInFlight: c.maxInFlight, Backlog: backlog, Blocked: c.blocked, Duration: elapsed, Held: int(c.held)}
+		var median time.Duration // the window's, before the tolerance below
 		if len(c.rtts) > 0 {
 			slices.Sort(c.rtts)
 			w.RTT = c.rtts[len(c.rtts)/2]
@@ -256,8 +276,8 @@ func (c *controller) sample(now time.Time, rtt time.Duration, o Outcome, cur flo
 			// sample: algorithms compare it with a window median, and a backend whose service
 			// time varies (a slow tail, a normal spread) has a low percentile well below its
 			// median even when nothing queues, which would read as permanent congestion.
-			w.MinRTT = c.minRTT.Observe(w.RTT)
-			c.lastRTT = w.RTT
+			w.MinRTT = c.minRTT.Peek(w.RTT)
+			median, c.lastRTT = w.RTT, w.RTT
 			if w.RTT <= c.tolerance && w.MinRTT > 0 {
 				// Within the tolerance: no queue the algorithm should react to.
 				w.RTT = w.MinRTT
@@ -266,6 +286,9 @@ func (c *controller) sample(now time.Time, rtt time.Duration, o Outcome, cur flo
 			w.MinRTT = c.minRTT.Value()
 		}
 		next = c.algo.Update(cur, w)
+		if median > 0 && c.learns() {
+			c.minRTT.Observe(median)
+		}
 		c.healthy = w.Dropped == 0 && w.RTT > 0 && w.MinRTT > 0 && float64(w.RTT) <= 1.1*float64(w.MinRTT)
 		if !c.slowDone {
 			switch {

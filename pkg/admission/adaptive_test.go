@@ -86,6 +86,51 @@ func TestAdaptiveWindowsFeedTheAlgorithm(t *testing.T) {
 	}
 }
 
+// keeper is a recorder that reports a queue kept on purpose in every window while keep is set.
+type keeper struct {
+	recorder
+	keep bool
+}
+
+func (k *keeper) KeptQueue() bool { return k.keep }
+
+func TestAdaptiveWindowsWithAKeptQueueDoNotTeachTheEstimate(t *testing.T) {
+	run := func(keep bool, windows int) time.Duration {
+		k := &keeper{recorder: recorder{next: func(cur float64, w limit.Window) float64 { return cur }}}
+		core := must(admission.NewAdaptive(admission.AdaptiveConfig{
+			Algorithm: k, InitialLimit: 4, MinLimit: 1, MaxLimit: 4,
+			Window: 100 * time.Millisecond, MinSamples: 4, MinRTTWindows: 2,
+		}))
+		now := t0
+		for range 3 {
+			drive(core, now, 4, 20*time.Millisecond, admission.Success)
+			now = now.Add(100 * time.Millisecond)
+		}
+		k.keep = keep
+		for range windows {
+			drive(core, now, 4, 24*time.Millisecond, admission.Success)
+			now = now.Add(150 * time.Millisecond)
+		}
+		if got := k.windows[len(k.windows)-1].RTT; got != 24*time.Millisecond {
+			t.Fatalf("last window's RTT %v, want 24ms", got)
+		}
+		return core.Stats(now).MinRTT
+	}
+	// An estimator of two windows learns the slower windows at once, unless the algorithm
+	// kept a queue in them.
+	if got := run(false, 5); got != 24*time.Millisecond {
+		t.Fatalf("MinRTT %v after windows of 24ms, want 24ms", got)
+	}
+	if got := run(true, 5); got != 20*time.Millisecond {
+		t.Fatalf("MinRTT %v after windows of 24ms with a kept queue, want 20ms (not learned)", got)
+	}
+	// But not for ever: every tenth window in a row is learned whatever the algorithm says, so
+	// a backend slower by less than the algorithm can tell from its own queue is followed.
+	if got := run(true, 21); got != 24*time.Millisecond {
+		t.Fatalf("MinRTT %v after 20 windows of 24ms with a kept queue, want 24ms (every tenth learned)", got)
+	}
+}
+
 // windowsAt is an adaptive core of a fixed limit (its algorithm records each window and moves
 // nothing, 100 ms windows of at least one sample), driven at millisecond offsets from t0.
 type windowsAt struct {

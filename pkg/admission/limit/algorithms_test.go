@@ -482,6 +482,48 @@ func TestGradient(t *testing.T) {
 		runSteps(t, newAlg(t, NewGradient, DefaultGradient()), 12, []step{{"defaults: the served 8", tail, 8}})
 		runSteps(t, newAlg(t, NewGradient, DefaultGradient()), 9, []step{{"defaults: by latency (x 20/30) to the served 6, the held not counted", held, 6}})
 	})
+	t.Run("low-tail settings: a window held up at the spread floor does not teach the no-load estimate", func(t *testing.T) {
+		// A slow tail: 40 completions in 100 ms at a mean of 24 ms kept 9.6 workers busy, and
+		// the window read 25 ms, a quarter over the estimate, by the requests the limit kept
+		// waiting inside the upstream.
+		w := Window{Samples: 40, RTT: 25 * ms, RTTNoise: ms, MinRTT: m, Skew: 4 * ms, MaxInFlight: 12, Backlog: 3, Duration: 100 * ms}
+		kept := func(a Algorithm) bool { return a.(QueueKeeper).KeptQueue() }
+		// More than half again the estimate is not the floor's queue: a slower upstream.
+		slow := w
+		slow.RTT = 31 * ms
+		clean := w
+		clean.RTT = m
+		a := newAlg(t, NewGradient, TailGradient())
+		if kept(a) {
+			t.Fatal("kept a queue before any window")
+		}
+		for _, c := range []struct {
+			what  string
+			limit float64
+			w     Window
+			want  float64
+			kept  bool
+		}{
+			{"by latency 12 x 20/25 = 9.6, held at the floor 10.6: kept out", 12, w, 10.6, true},
+			{"by latency to 7.7, held at the floor, 1.55x the estimate: a slower upstream, learned", 12, slow, 10.6, false},
+			{"by latency 20 x 20/25, above the floor: the limit let the queue go, learned", 20, w, 16, false},
+			{"no drain below the floor capped at the limit 10: kept out", 10, w, 10, true},
+			{"a clean window grows: learned", 10, clean, 10*(1.05+0.15) + 0.5, false},
+		} {
+			runSteps(t, a, c.limit, []step{{c.what, c.w, c.want}})
+			if got := kept(a); got != c.kept {
+				t.Fatalf("%s: KeptQueue %v, want %v", c.what, got, c.kept)
+			}
+		}
+		// The defaults have no such floor and keep nothing.
+		d := newAlg(t, NewGradient, DefaultGradient())
+		queued := w
+		queued.RTT = 30 * ms
+		runSteps(t, d, 12, []step{{"defaults: by latency to the served 8", queued, 8}})
+		if kept(d) {
+			t.Fatal("the defaults kept a window from the estimator")
+		}
+	})
 	t.Run("low-tail settings: a window spanning idle time does not rest", func(t *testing.T) {
 		a := newAlg(t, NewGradient, TailGradient())
 		// Traffic resumes after a pause: the window held 10 in flight but served 2 at once over

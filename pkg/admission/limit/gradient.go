@@ -71,6 +71,12 @@ import "math"
 //     inside the upstream: finishes that spread are beyond the lead, so a limit of exactly W
 //     idles each freed worker for the hop, and a slow tail keeps workers busy that a median
 //     leaves out. The floor never exceeds the limit: it can hold a drain back, never raise it.
+//     A window whose drain the floor held up (at a latency within keptMax of the estimate) does
+//     not teach the no-load estimate (QueueKeeper): its median carries the queue the floor
+//     keeps, which the estimate would otherwise count as served concurrency in the next floor,
+//     so each floor kept a longer queue (on 4 slow-tail workers at 5x the estimate climbed from
+//     26 to 43 ms over two minutes, the unloaded median being 19; with the windows kept out it
+//     stays at 26-30).
 //   - HoldWhenAppLimited: a window whose demand did not test the limit (MaxInFlight*2 < L) may
 //     lower it but not raise it. Envoy raises the limit by up to 2x per quiet window, so after
 //     a quiet minute the limit sits at its maximum and the next burst meets no protection.
@@ -125,9 +131,9 @@ func DefaultGradient() Gradient {
 // buffer 5% plus three times the medians' noise, rest 50 windows at the knee, probe at most
 // every 300. Together with the adaptive queue's lead and short wait (queue.lead 1ms,
 // queue.waitPerRTT 0.1) they hold a constant-time backend's limit on its workers and the
-// admitted p99 at 1.06-1.12x the unloaded one where the defaults reach 1.7-2x, at
-// 1.003-1.007x the goodput of Envoy's adaptive_concurrency; a backend whose service time
-// spreads keeps one request waiting inside it
+// admitted p99 at 1.07-1.13x the unloaded one where the defaults reach 1.7-2x, at
+// 1.003-1.008x the goodput of Envoy's adaptive_concurrency; a backend whose service time
+// spreads keeps one request waiting inside it, and less of a queue than Envoy's
 // (docs/benchmarks.md, "The adaptive tail").
 func TailGradient() Gradient {
 	g := DefaultGradient()
@@ -197,9 +203,13 @@ type gradient struct {
 	// it and the limit returns to it after a window; returned: it just did.
 	knee           float64
 	back, returned bool
+	// kept: the last Update held a drain up at the spread floor (QueueKeeper).
+	kept bool
 }
 
 func (g *gradient) Name() string { return NameGradient }
+
+func (g *gradient) KeptQueue() bool { return g.kept }
 
 // minRestWindows is how many windows of a rest make its mean the baseline a probe is judged
 // against, instead of the last window alone.
@@ -209,6 +219,12 @@ const minRestWindows = 4
 // multiple of the estimator's: at worst the limit then settles where the default buffer (25%)
 // puts it, until the learned latency expires.
 const baseMax = 1.25
+
+// keptMax bounds the latency, as a multiple of the no-load estimate, of a window that the
+// spread floor held up and that is kept from the estimator: a queue the floor keeps reads less
+// (on 4 slow-tail workers at 5x, 96% of windows read under 1.5x, at most 1.83x), and an upstream
+// that became slower by more is learned at once.
+const keptMax = 1.5
 
 // landed ends a drain or a failed probe at next, on a whole number: a
 // fractional part above the upstream's workers lends one request more a share of the time, and
@@ -256,6 +272,7 @@ func (g *gradient) landed(next, limit float64, returned, below bool) float64 {
 
 func (g *gradient) Update(limit float64, w Window) float64 {
 	limit = sanitize(limit)
+	g.kept = false
 	prev := g.ran
 	g.ran = limit
 	if g.probing && limit != g.to {
@@ -339,7 +356,13 @@ func (g *gradient) Update(limit float64, w Window) float64 {
 			// Requests held through the whole window (a slow one still being served) keep
 			// their workers busy without completing in it.
 			if spread, ok := w.served(est + w.Skew.Seconds()); ok {
-				next = math.Max(next, math.Min(spread+float64(w.Held)+1, limit))
+				if floor := math.Min(spread+float64(w.Held)+1, limit); floor > next {
+					// The window waited in the queue this floor keeps: it must not teach the
+					// no-load estimate, or that queue is reckoned as served concurrency next
+					// time and the floor keeps a longer one (QueueKeeper). A latency more than
+					// keptMax times the estimate is no such queue (a slower upstream): learned.
+					next, g.kept = floor, rtt <= keptMax*est
+				}
 			}
 		}
 		if precise && w.demanded() && ok && served >= 0.75*math.Min(float64(w.MaxInFlight), limit) {

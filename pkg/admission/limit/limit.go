@@ -75,6 +75,19 @@ type Algorithm interface {
 	Update(limit float64, w Window) float64
 }
 
+// QueueKeeper is implemented by an algorithm that may hold its limit above what a window's latency
+// asks for, on purpose, keeping a request or two waiting inside the upstream (the gradient's
+// low-tail settings on a service time that spreads). Such a window's median carries a queue
+// the limit keeps, not the upstream's no-load latency, and an algorithm that reckons served
+// concurrency with an estimate learned from it reads that queue as served concurrency and keeps
+// a longer one. After each Update the enforcing limiter asks, and leaves a window it was told
+// of out of its no-load estimate (see MinRTT.Peek), up to nine in a row.
+type QueueKeeper interface {
+	// KeptQueue reports whether the last Update held the limit up that way, with the
+	// window's latency still within what such a queue explains.
+	KeptQueue() bool
+}
+
 // Names of the algorithms, as written in the config file's adaptive.algorithm.
 const (
 	NameAIMD      = "aimd"

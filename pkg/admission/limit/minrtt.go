@@ -61,27 +61,50 @@ func (m *MinRTT) Observe(low time.Duration) time.Duration {
 	if m == nil || len(m.ring) == 0 {
 		return 0
 	}
-	if low < m.floor {
-		low = 0
-	}
-	m.ring[m.next] = low
+	m.ring[m.next] = m.clean(low)
 	m.next = (m.next + 1) % len(m.ring)
+	m.min = m.estimate(-1, 0)
+	return m.min
+}
+
+// Peek returns the estimate Observe(low) would return, without recording the window: the
+// caller decides afterwards whether the window teaches the estimator (see QueueKeeper).
+func (m *MinRTT) Peek(low time.Duration) time.Duration {
+	if m == nil || len(m.ring) == 0 {
+		return 0
+	}
+	return m.estimate(m.next, m.clean(low))
+}
+
+// clean turns a statistic below the floor into an empty slot.
+func (m *MinRTT) clean(low time.Duration) time.Duration {
+	if low < m.floor {
+		return 0
+	}
+	return low
+}
+
+// estimate is the low percentile of the ring's non-empty slots, with slot (if in the ring)
+// read as v.
+func (m *MinRTT) estimate(slot int, v time.Duration) time.Duration {
 	// The estimate is a low percentile of the remembered windows, not their minimum: a window
 	// median varies with scheduler noise and arrival luck, and the single luckiest window of the
 	// span would make every ordinary window look queued. With fewer than ten windows it is the
 	// minimum.
 	m.sorted = m.sorted[:0]
-	for _, v := range m.ring {
-		if v != 0 {
-			m.sorted = append(m.sorted, v)
+	for i, r := range m.ring {
+		if i == slot {
+			r = v
+		}
+		if r != 0 {
+			m.sorted = append(m.sorted, r)
 		}
 	}
-	m.min = 0
-	if len(m.sorted) > 0 {
-		slices.Sort(m.sorted)
-		m.min = m.sorted[len(m.sorted)/10]
+	if len(m.sorted) == 0 {
+		return 0
 	}
-	return m.min
+	slices.Sort(m.sorted)
+	return m.sorted[len(m.sorted)/10]
 }
 
 func (m *MinRTT) Value() time.Duration {

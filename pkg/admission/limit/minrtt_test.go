@@ -146,3 +146,30 @@ func TestMedianNoise(t *testing.T) {
 		t.Errorf("NewMinNoise dropped a small value: %v", got)
 	}
 }
+
+func TestMinRTTPeekRecordsNothing(t *testing.T) {
+	m := NewMinRTT(2)
+	m.Observe(20 * ms)
+	m.Observe(30 * ms)
+	// Observe(40ms) would evict the 20 ms window: the estimate would be 30 ms.
+	if got := m.Peek(40 * ms); got != 30*ms {
+		t.Fatalf("Peek(40ms) = %v, want 30ms, what Observe would return", got)
+	}
+	if got := m.Peek(10 * ms); got != 10*ms {
+		t.Fatalf("Peek(10ms) = %v, want 10ms", got)
+	}
+	if got := m.Peek(50 * time.Microsecond); got != 30*ms {
+		t.Fatalf("Peek of a tiny window = %v, want 30ms (an empty slot)", got)
+	}
+	if m.Value() != 20*ms {
+		t.Fatalf("Value after Peek = %v, want 20ms unchanged", m.Value())
+	}
+	// The ring did not move: the next Observe still evicts the 20 ms window.
+	if got := m.Observe(40 * ms); got != 30*ms {
+		t.Fatalf("Observe(40ms) after Peek = %v, want 30ms", got)
+	}
+	var nilM *MinRTT
+	if nilM.Peek(ms) != 0 {
+		t.Fatal("nil estimator must peek 0")
+	}
+}
