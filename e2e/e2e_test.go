@@ -424,7 +424,8 @@ func (s *suite) createCluster(ctx context.Context, images ...string) error {
 			s.logf("kind export logs (partly done): %v", err)
 		}
 		if s.kube != nil {
-			if err := s.kube.Dump(ctx, dir, namespace, "kube-system"); err != nil {
+			// The injection rows' namespaces too: their workloads are not the chart's.
+			if err := s.kube.Dump(ctx, dir, namespace, "kube-system", injectorNS, webhookNS, cliNS); err != nil {
 				s.logf("dump: %v", err)
 			}
 		}
@@ -622,14 +623,25 @@ func (s *suite) installRow(ctx context.Context, r row) error {
 	return s.waitRoutable(wctx, service(rel))
 }
 
-// waitRoutable waits until the Service's cluster IP takes connections: its endpoints can be
-// ready before kube-proxy has programmed it, and a load that starts then is refused.
+// waitRoutable waits until the Service's cluster IP is routed to its endpoints: they can be
+// ready before kube-proxy has programmed it, and a load that starts then is refused or, worse,
+// holds keep-alive connections to whatever answers the unrouted address.
 func (s *suite) waitRoutable(ctx context.Context, svc string) error {
-	ip, ports, err := s.kube.ServiceAddress(ctx, svc)
-	if err != nil {
-		return err
+	return s.waitRoutableIn(ctx, s.kube, svc)
+}
+
+// waitRoutableIn is waitRoutable for Services in k's namespace.
+func (s *suite) waitRoutableIn(ctx context.Context, k *cluster.Kube, svcs ...string) error {
+	for _, svc := range svcs {
+		ip, ports, err := k.ServiceAddress(ctx, svc)
+		if err != nil {
+			return err
+		}
+		if err := s.kind.WaitRoutable(ctx, ip, ports); err != nil {
+			return fmt.Errorf("%s/%s: %w", k.NS, svc, err)
+		}
 	}
-	return s.kind.WaitRoutable(ctx, ip, ports)
+	return nil
 }
 
 func imageSet() []string {

@@ -237,6 +237,11 @@ func (s *suite) cliRow(ctx context.Context) error {
 	if err := k.WaitRollout(wctx, cliNS, injectApp); err != nil {
 		return err
 	}
+	// The steady load below starts at once: a client that connects before kube-proxy has
+	// routed the new Services can keep its connection to whatever answered instead.
+	if err := s.waitRoutableIn(wctx, k, injectApp, injectApp+"-by-number"); err != nil {
+		return err
+	}
 
 	// Step one rolls out the injected pods while the Service by number still reaches the
 	// application directly; step two switches that Service to the sidecar's named port.
@@ -356,6 +361,9 @@ func (s *suite) applyPlain(ctx context.Context, k *cluster.Kube, name, image str
 	wctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	if err := k.WaitRollout(wctx, k.NS, name); err != nil {
+		return nil, err
+	}
+	if err := s.waitRoutableIn(wctx, k, name, name+"-by-number"); err != nil {
 		return nil, err
 	}
 	pods, err := k.CS.CoreV1().Pods(k.NS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + name})

@@ -137,6 +137,42 @@ func TestPoll(t *testing.T) {
 	}
 }
 
+// TestTranslated reads connection-tracking entries as the node's conntrack prints them: a
+// connection to a cluster IP that kube-proxy has programmed is answered by an endpoint; one
+// that left the node unrouted (accepted there by whatever answers every address) is answered
+// by the cluster IP itself, and must not count as routed.
+func TestTranslated(t *testing.T) {
+	for name, c := range map[string]struct {
+		entry, ip string
+		ok        bool
+		why       string
+	}{
+		"routed to an endpoint": {
+			entry: "tcp      6 86399 ESTABLISHED src=172.19.0.2 dst=10.96.171.67 sport=48462 dport=80 src=10.244.0.41 dst=10.244.0.1 sport=8000 dport=3166 [ASSURED] mark=0 use=1\n",
+			ip:    "10.96.171.67", ok: true,
+		},
+		"accepted unrouted": {
+			entry: "tcp      6 86399 ESTABLISHED src=172.19.0.2 dst=10.96.250.250 sport=34390 dport=80 src=10.96.250.250 dst=172.19.0.2 sport=80 dport=34390 [ASSURED] mark=0 use=1\n",
+			ip:    "10.96.250.250", why: "not translated",
+		},
+		"IPv6 routed": {
+			entry: "tcp      6 431999 ESTABLISHED src=fc00:f853:ccd:e793::2 dst=fd00:10:96::a1 sport=40000 dport=80 src=fd00:10:244::7 dst=fc00:f853:ccd:e793::2 sport=8080 dport=40000 [ASSURED] mark=0 use=1",
+			ip:    "fd00:10:96::a1", ok: true,
+		},
+		"IPv6 unrouted, written another way": {
+			entry: "tcp 6 10 ESTABLISHED src=fc00::2 dst=fd00:10:96:0::a1 sport=1 dport=80 src=fd00:10:96::a1 dst=fc00::2 sport=80 dport=1",
+			ip:    "fd00:10:96::a1", why: "not translated",
+		},
+		"no entry": {entry: " \n", ip: "10.96.0.5", why: "no connection-tracking entry"},
+		"no reply": {entry: "tcp 6 10 SYN_SENT src=172.19.0.2 dst=10.96.0.5 sport=1 dport=80", ip: "10.96.0.5", why: "without a reply source"},
+	} {
+		ok, why := translated(c.entry, c.ip)
+		if ok != c.ok || !strings.Contains(why, c.why) || (c.ok && why != "") {
+			t.Errorf("%s: translated = %v, %q; want %v with %q", name, ok, why, c.ok, c.why)
+		}
+	}
+}
+
 func TestRunnerRecordsAndReportsTail(t *testing.T) {
 	dir := t.TempDir()
 	r := &Runner{Dir: dir, LogFile: filepath.Join(dir, "commands.log")}
