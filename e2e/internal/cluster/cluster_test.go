@@ -160,7 +160,7 @@ func TestTranslated(t *testing.T) {
 			ip:    "fd00:10:96::a1", ok: true,
 		},
 		"IPv6 unrouted, written another way": {
-			entry: "tcp 6 10 ESTABLISHED src=fc00::2 dst=fd00:10:96:0::a1 sport=1 dport=80 src=fd00:10:96::a1 dst=fc00::2 sport=80 dport=1",
+			entry: "tcp 6 10 ESTABLISHED src=fc00::2 dst=fd00:10:96::a1 sport=1 dport=80 src=fd00:10:96:0:0::a1 dst=fc00::2 sport=80 dport=1",
 			ip:    "fd00:10:96::a1", why: "not translated",
 		},
 		"no entry": {entry: " \n", ip: "10.96.0.5", why: "no connection-tracking entry"},
