@@ -11,6 +11,8 @@ import (
 	"io"
 	"math"
 	"os"
+	"strconv"
+	"strings"
 )
 
 // Schema is the value of the "schema" field this package reads.
@@ -72,6 +74,9 @@ type Summary struct {
 	// client timeout (connection errors, 5xx other than 503, ...).
 	Timeouts   int64 `json:"timeouts"`
 	Unexpected int64 `json:"unexpected"`
+	// UnexpectedByClass splits an HTTP run's Unexpected into "network" (no answer), "4xx",
+	// "5xx" and "other"; empty for gRPC runs and for summaries written before it existed.
+	UnexpectedByClass map[string]int64 `json:"unexpected_by_class,omitempty"`
 	// AdmittedMs is the latency of 2xx answers, RejectionMs that of refusals.
 	AdmittedMs  Latency `json:"admitted_ms"`
 	RejectionMs Latency `json:"rejection_ms"`
@@ -186,6 +191,24 @@ func (s *Summary) Usable() error {
 		return fmt.Errorf("%s run invalid: %s", s.Script, s.InvalidReason)
 	}
 	return nil
+}
+
+// UnexpectedClasses are the keys of UnexpectedByClass, in the order UnexpectedDetail names them.
+var UnexpectedClasses = []string{"network", "4xx", "5xx", "other"}
+
+// UnexpectedDetail is Unexpected with its classes, as "59 (4xx 56, network 3)"; the count
+// alone when there are no classes to name.
+func (s *Summary) UnexpectedDetail() string {
+	var parts []string
+	for _, c := range UnexpectedClasses {
+		if n := s.UnexpectedByClass[c]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", c, n))
+		}
+	}
+	if len(parts) == 0 {
+		return strconv.FormatInt(s.Unexpected, 10)
+	}
+	return fmt.Sprintf("%d (%s)", s.Unexpected, strings.Join(parts, ", "))
 }
 
 // FailedThresholds returns the thresholds that did not hold.

@@ -1,6 +1,7 @@
 package k6summary
 
 import (
+	"encoding/json"
 	"math"
 	"strings"
 	"testing"
@@ -122,5 +123,25 @@ func TestReadGRPCOverload(t *testing.T) {
 	}
 	if got := s.Goodput + s.Slow + s.Shed + s.Timeouts + s.Unexpected; got != s.Requests {
 		t.Fatalf("outcomes add up to %d, requests %d", got, s.Requests)
+	}
+}
+
+func TestUnexpectedDetail(t *testing.T) {
+	for _, c := range []struct {
+		json, want string
+	}{
+		{`{"unexpected": 59, "unexpected_by_class": {"network": 3, "4xx": 56, "5xx": 0, "other": 0}}`, "59 (network 3, 4xx 56)"},
+		{`{"unexpected": 2, "unexpected_by_class": {"5xx": 1, "other": 1}}`, "2 (5xx 1, other 1)"},
+		{`{"unexpected": 0, "unexpected_by_class": {"network": 0, "4xx": 0, "5xx": 0, "other": 0}}`, "0"},
+		{`{"unexpected": 4, "unexpected_by_class": {}}`, "4"},
+		{`{"unexpected": 4}`, "4"},
+	} {
+		var s Summary
+		if err := json.Unmarshal([]byte(c.json), &s); err != nil {
+			t.Fatal(err)
+		}
+		if got := s.UnexpectedDetail(); got != c.want {
+			t.Errorf("%s: UnexpectedDetail = %q, want %q", c.json, got, c.want)
+		}
 	}
 }

@@ -100,6 +100,15 @@ const m = {
   retryAfter: new Counter('retry_after'),
   timeouts: new Counter('timeouts'),
   unexpected: new Counter('unexpected'),
+  // The HTTP unexpected answers by class, so a summary says what went wrong: no answer at all
+  // (a connection error), a 4xx (often a server that is not the target), a 5xx other than 503,
+  // or anything else.
+  unexpectedBy: {
+    network: new Counter('unexpected_network'),
+    '4xx': new Counter('unexpected_4xx'),
+    '5xx': new Counter('unexpected_5xx'),
+    other: new Counter('unexpected_other'),
+  },
   admitted: new Trend('admitted_latency', true),
   // An admitted answer's latency less the time the backend reports for it (X-Backend-Wait and
   // X-Backend-Service): what the path outside the backend's worker took, the proxy's part
@@ -360,11 +369,20 @@ export function record(res, timeline = null, sec = -1) {
     outcome = 'unexpected';
     tags = { outcome, status: String(res.status), error_code: String(res.error_code || 0) };
     m.unexpected.add(1, tags);
+    m.unexpectedBy[unexpectedClass(res.status)].add(1, tags);
   }
   m.outcomes.add(1, tags);
   m.shedShare.add(outcome === 'shed', tags);
   if (timeline && sec >= 0 && sec < timeline.n) timeline.attempts[sec].add(1);
   return outcome;
+}
+
+/** unexpectedClass names the class of an HTTP status that is neither 2xx, 429 nor 503. */
+export function unexpectedClass(status) {
+  if (!status) return 'network';
+  if (status >= 400 && status < 500) return '4xx';
+  if (status >= 500 && status < 600) return '5xx';
+  return 'other';
 }
 
 /**
@@ -514,6 +532,7 @@ export function summarize(data, info) {
     retry_after_coverage: shed > 0 ? round(count(data, 'retry_after') / shed, 4) : null,
     timeouts: count(data, 'timeouts'),
     unexpected: count(data, 'unexpected'),
+    unexpected_by_class: Object.fromEntries(Object.keys(m.unexpectedBy).map((c) => [c, count(data, `unexpected_${c}`)])),
     admitted_ms: trend(data, 'admitted_latency'),
     outside_backend_ms: trend(data, 'outside_backend_latency'),
     rejection_ms: trend(data, 'rejection_latency'),
@@ -533,6 +552,7 @@ export function summarize(data, info) {
     out.pushback = pushback;
     out.pushback_coverage = shed > 0 ? round(pushback / shed, 4) : null;
     out.trailers_only = count(data, 'trailers_only');
+    out.unexpected_by_class = {}; // the HTTP classes; a gRPC call's status is in its tags
   }
   for (const [k, v] of Object.entries(info)) {
     if (!(k in out) && k !== 'capacity_for_ratio_rps') out[k] = v;
@@ -553,7 +573,7 @@ export function report(summary) {
     `  goodput ${summary.goodput_rps} rps = ${pct(summary.goodput_ratio)} of min(offered, capacity)`,
     summary.protocol === 'grpc'
       ? `  admitted p50/p99/p99.9 ${a.p50}/${a.p99}/${a.p999} ms; shed ${pct(summary.shed_share)} ${JSON.stringify(summary.shed_by_grpc_status)} (grpc-retry-pushback-ms on ${pct(summary.pushback_coverage)}, trailers-only ${summary.trailers_only}); timeouts ${summary.timeouts}; unexpected ${summary.unexpected}`
-      : `  admitted p50/p99/p99.9 ${a.p50}/${a.p99}/${a.p999} ms; shed ${pct(summary.shed_share)} (Retry-After on ${pct(summary.retry_after_coverage)}); timeouts ${summary.timeouts}; unexpected ${summary.unexpected}`,
+      : `  admitted p50/p99/p99.9 ${a.p50}/${a.p99}/${a.p999} ms; shed ${pct(summary.shed_share)} (Retry-After on ${pct(summary.retry_after_coverage)}); timeouts ${summary.timeouts}; unexpected ${summary.unexpected}${summary.unexpected > 0 ? ' ' + JSON.stringify(summary.unexpected_by_class) : ''}`,
   ];
   if ('recovery_s' in summary) {
     lines.push(`  recovery ${summary.recovery_s === null ? 'not within the run' : `${summary.recovery_s} s`}`);

@@ -269,8 +269,8 @@ func SteadyChecks(name string, s *k6summary.Summary) []Check {
 	}
 	failures := s.Requests - s.OK
 	return append(checks, Check{Name: name + ": no failed request", OK: s.Requests > 0 && failures == 0 && s.DroppedIterations == 0,
-		Detail: fmt.Sprintf("%d requests, %d not 2xx (shed %d, timeouts %d, other %d), %d dropped iterations",
-			s.Requests, failures, s.Shed, s.Timeouts, s.Unexpected, s.DroppedIterations)})
+		Detail: fmt.Sprintf("%d requests, %d not 2xx (shed %d, timeouts %d, other %s), %d dropped iterations",
+			s.Requests, failures, s.Shed, s.Timeouts, s.UnexpectedDetail(), s.DroppedIterations)})
 }
 
 // steadyRun is the first check of every steady-load row: "measured" failed when there is no

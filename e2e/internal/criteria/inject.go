@@ -49,8 +49,8 @@ func InjectedSteadyChecks(name string, s *k6summary.Summary) []Check {
 	cov := k6summary.Value(s.RetryAfterCoverage)
 	return append(checks, []Check{
 		{Name: name + ": nothing lost to the replacement", OK: s.Requests > 0 && s.OK+s.Shed == s.Requests && s.Timeouts == 0 && s.Unexpected == 0 && s.DroppedIterations == 0,
-			Detail: fmt.Sprintf("%d requests, %d 2xx, %d refused, timeouts %d, other %d, %d dropped iterations",
-				s.Requests, s.OK, s.Shed, s.Timeouts, s.Unexpected, s.DroppedIterations)},
+			Detail: fmt.Sprintf("%d requests, %d 2xx, %d refused, timeouts %d, other %s, %d dropped iterations",
+				s.Requests, s.OK, s.Shed, s.Timeouts, s.UnexpectedDetail(), s.DroppedIterations)},
 		{Name: name + ": refusals rare, with Retry-After", OK: float64(s.Shed) <= MaxWarmStartShed*float64(s.Requests) && (s.Shed == 0 || cov == 1),
 			Detail: fmt.Sprintf("%d refused of %d (at most %g), Retry-After on %s", s.Shed, s.Requests, MaxWarmStartShed, frac(cov))},
 	}...)

@@ -186,7 +186,7 @@ func (r *Results) Markdown() string {
 		b.WriteString("\nPods replaced under steady load below capacity (no request may fail; in the injected rows nothing may be lost and at most 0.5% be refused with Retry-After):\n\n")
 		b.WriteString("| operation | offered rps | requests | 2xx | admitted p99 ms | verdict |\n|---|---|---|---|---|---|\n")
 		for _, s := range r.Steady {
-			fmt.Fprintf(&b, "| %s | %.0f | %d | %d | %s | %s |\n", s.Operation, s.OfferedRPS, s.Requests, s.OK, num(s.AdmittedP99Ms), verdict(s.Pass, s.Checks))
+			fmt.Fprintf(&b, "| %s | %.0f | %d | %d | %s | %s |\n", s.Operation, s.OfferedRPS, s.Requests, s.OK, num(s.AdmittedP99Ms), detailedVerdict(s.Pass, s.Checks))
 		}
 	}
 	r.writeQuota(&b)
@@ -226,6 +226,21 @@ func verdict(pass bool, checks []criteria.Check) string {
 		return fmt.Sprintf("pass (%d checks)", len(checks))
 	}
 	return "FAIL: " + strings.Join(criteria.Failed(checks), "; ")
+}
+
+// detailedVerdict is verdict with each failed check's detail, for tables whose columns do not
+// say what went wrong (a steady row's lost requests: timeouts, refusals or which errors).
+func detailedVerdict(pass bool, checks []criteria.Check) string {
+	if pass {
+		return verdict(pass, checks)
+	}
+	var failed []string
+	for _, c := range checks {
+		if !c.OK {
+			failed = append(failed, fmt.Sprintf("%s (%s)", c.Name, strings.ReplaceAll(c.Detail, "|", "/")))
+		}
+	}
+	return "FAIL: " + strings.Join(failed, "; ")
 }
 
 func num(p *float64) string {

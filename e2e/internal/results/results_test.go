@@ -33,6 +33,8 @@ func sample() *Results {
 	bad.Alert = criteria.Alert{}
 	bad.Attempts, bad.Earlier, bad.Limit = 1, nil, nil
 	steady := &k6summary.Summary{Script: "overload", Valid: true, OfferedRPS: 100, Requests: 4000, OK: 4000, AdmittedMs: k6summary.Latency{P99: f(27)}}
+	lost := &k6summary.Summary{Script: "overload", Valid: true, OfferedRPS: 100, Requests: 4001, OK: 3942, Unexpected: 59,
+		UnexpectedByClass: map[string]int64{"network": 3, "4xx": 56}, AdmittedMs: k6summary.Latency{P99: f(22.6)}}
 	return &Results{
 		Command: "scripts/e2e.sh", Started: time.Date(2026, 11, 22, 3, 0, 0, 0, time.UTC), NodeImage: "kind-offline/node:v1.34.4",
 		CapacityRPS: 200, SLOMs: 100, LoadFactor: 3, DurationS: 30,
@@ -40,7 +42,10 @@ func sample() *Results {
 			NewRow(good, criteria.Judge(good, criteria.DefaultLimits())),
 			NewRow(bad, criteria.Judge(bad, criteria.DefaultLimits())),
 		},
-		Steady:  []Steady{NewSteady("kubectl rollout restart", steady, criteria.SteadyChecks("restart", steady))},
+		Steady: []Steady{
+			NewSteady("kubectl rollout restart", steady, criteria.SteadyChecks("restart", steady)),
+			NewSteady("two-step switch", lost, criteria.InjectedSteadyChecks("switch", lost)),
+		},
 		Timings: []Timing{{"cluster", 48.2}, {"total", 612}},
 	}
 }
@@ -53,6 +58,8 @@ func TestMarkdown(t *testing.T) {
 		"| adaptive | 176 (88%) |",
 		"not fired | 0.61 / 0.23 / 0.05 | FAIL: high-shed alert fires during the overload; high-shed alert resolves after the overload |",
 		"| kubectl rollout restart | 100 | 4000 | 4000 | 27.0 | pass (2 checks) |",
+		// A failed steady row says what was lost, as its columns do not.
+		"| two-step switch | 100 | 4001 | 3942 | 22.6 | FAIL: switch: nothing lost to the replacement (4001 requests, 3942 2xx, 0 refused, timeouts 0, other 59 (network 3, 4xx 56), 0 dropped iterations) |",
 		"Timings: cluster 48 s, total 612 s.",
 		"Row inflight, measured again: attempt 1 of 2 missed goodput >= 0.8 of capacity (goodput 78% of C, admitted p99 96.2 ms, unloaded p99 26.8 ms, adaptive limit 4.0 / 6.2 / 9.0); the row shows attempt 2.",
 		"Adaptive limit over the overload (min / mean / max of Prometheus's scrapes): inflight 4.0 / 4.6 / 5.5.\n",
