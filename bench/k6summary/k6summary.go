@@ -196,7 +196,7 @@ func (s *Summary) Usable() error {
 // UnexpectedClasses are the keys of UnexpectedByClass, in the order UnexpectedDetail names them.
 var UnexpectedClasses = []string{"network", "4xx", "5xx", "other"}
 
-// UnexpectedDetail is Unexpected with its classes, as "59 (4xx 56, network 3)"; the count
+// UnexpectedDetail is Unexpected with its classes, as "59 (network 3, 4xx 56)"; the count
 // alone when there are no classes to name.
 func (s *Summary) UnexpectedDetail() string {
 	var parts []string
