@@ -368,6 +368,52 @@ func TestGradient(t *testing.T) {
 		full.Samples = 21 // served 4.18
 		runSteps(t, c, 4, []step{{"4 x 20.50/22.28 = 3.7, served 4.18 of 4: land on 4", full, 4}})
 	})
+	t.Run("low-tail settings: on 2 workers a failed step to 3 lands on 2 and rests", func(t *testing.T) {
+		// Recorded through the long scenario's halving (4 to 2 workers x 40 ms, 2x): a step
+		// from 2 to 3 served 1.99 of the 3 it let in, under three quarters of it, and its
+		// drain did not land; the limit went back to 3 three windows later, every time.
+		const m = 40700 * time.Microsecond
+		at := func(rtt time.Duration, inFlight int) Window {
+			return Window{Samples: 10, RTT: rtt, RTTNoise: 50 * time.Microsecond, MinRTT: m, MaxInFlight: inFlight, Blocked: 37, Duration: 205 * ms}
+		}
+		a := newAlg(t, NewGradient, TailGradient())
+		a.(*gradient).ran = 2
+		steps := []step{
+			{"clean at 2, served 1.99: step to 3", at(m, 3), 3},
+			{"twice as slow, served 1.99: the step failed, land on 2", at(76350*time.Microsecond, 4), 2},
+		}
+		rest := 2 * TailGradient().Hold
+		for i := range rest {
+			steps = append(steps, step{fmt.Sprintf("rest %d of %d at 2", i+1, rest), at(m, 3), 2})
+		}
+		runSteps(t, a, 2, append(steps, step{"probe +1", at(m, 3), 3}))
+		if k := a.(*gradient).knee; k != 2 {
+			t.Errorf("knee after the failed step: %v, want 2", k)
+		}
+	})
+	t.Run("low-tail settings: a failed step from a fraction lands no lower than was served before it", func(t *testing.T) {
+		// Recorded through the long scenario's halving (2 workers x 40 ms, 2x): a drain that
+		// did not land left 1.883; the step to a whole 2 served 1.89 against 1.88, less than
+		// half of its 0.12 more, and landed on 1, where the limit rested for the rest of the
+		// run with one of the two workers idle.
+		const m = 40790 * time.Microsecond
+		at := func(n int, rtt time.Duration, inFlight int, d time.Duration) Window {
+			return Window{Samples: n, RTT: rtt, RTTNoise: 50 * time.Microsecond, MinRTT: m, MaxInFlight: inFlight, Blocked: 39, Duration: d}
+		}
+		a := newAlg(t, NewGradient, TailGradient())
+		a.(*gradient).ran = 3
+		steps := []step{
+			{"the window after the drain ran under 3: wait", at(10, 41260*time.Microsecond, 2, 237700*time.Microsecond), 1.883},
+			{"served 1.92 under 1.883: step to a whole 2, against 1.883", at(10, 41090*time.Microsecond, 2, 212800*time.Microsecond), 2},
+			{"let it act", at(10, 40840*time.Microsecond, 3, 209700*time.Microsecond), 2},
+			{"served 1.89: unused, but land on 2, not 1", at(10, 41030*time.Microsecond, 3, 215300*time.Microsecond), 2},
+			{"rest at 2", at(10, m, 3, 204*ms), 2},
+		}
+		runSteps(t, a, 1.883, steps)
+		if k := a.(*gradient).knee; k != 2 {
+			t.Errorf("knee after the failed step: %v, want 2", k)
+		}
+	})
 	t.Run("low-tail settings: a failed probe is told by the requests refused, not the last instant's queue", func(t *testing.T) {
 		// Recorded at 2x on 4 workers x 20 ms with the short wait (2 ms): the queue was empty
 		// when most windows closed, though half the requests were refused in each. A failed

@@ -249,6 +249,16 @@ func (g *gradient) landed(next, limit float64, returned, below bool) float64 {
 		// marked it as the knee and rested there with a request waiting inside the upstream.
 		next = math.Min(next, math.Ceil(limit)-1)
 	}
+	if failed && g.before > 0 {
+		// A failed step lands no lower than what the upstream served before it: a step from
+		// a fractional limit to the next whole one is a fraction of a request, which a
+		// window's completions cannot tell from noise (a step from 1.88 to 2 on 2 workers x
+		// 40 ms, ten completions a window, served 1.89 against 1.88 before it, judged unused
+		// and landed on 1: half the upstream idle for the 30 s rest that followed). Resting a
+		// request below the knee costs a worker for the whole rest; a request above it is
+		// drained, or found by the next probe.
+		next = math.Max(next, math.Round(math.Min(g.before, g.from)))
+	}
 	next = math.Max(next, 1)
 	g.probing = false
 	g.restSum, g.restN = 0, 0
@@ -365,7 +375,15 @@ func (g *gradient) Update(limit float64, w Window) float64 {
 				}
 			}
 		}
-		if precise && w.demanded() && ok && served >= 0.75*math.Min(float64(w.MaxInFlight), limit) {
+		inFlight := math.Min(float64(w.MaxInFlight), limit)
+		if g.probing {
+			// A step that failed serves what was served before it, one request less than it
+			// lets in: on 2 workers a step to 3 serves 2 of 3, under three quarters, and its
+			// drain never landed (the limit went from 2 to 3 and back every half second of a
+			// halving, the admitted p99 twice the service time).
+			inFlight = math.Min(inFlight, g.from)
+		}
+		if precise && w.demanded() && ok && served >= 0.75*inFlight {
 			// Requests found the limit taken and the upstream served about what was in
 			// flight (within the limit: a slot the lead lent is one more in flight, and at 5 on
 			// 4 workers it kept every drain from landing): the drain found the knee. (Without
