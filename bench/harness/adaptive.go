@@ -47,9 +47,6 @@ type AdaptiveConfig struct {
 	Services []string
 	// Warmup runs each point's load for this long before the measurement.
 	Warmup time.Duration
-	// Variants are extra loadshed adaptive targets, "loadshed/adaptive~NAME", each with its
-	// own adaptive block, for tuning runs next to the default.
-	Variants []AdaptiveVariant `json:",omitempty"`
 }
 
 // AdaptiveVariant is an extra adaptive target: Block is the adaptive block's body in the

@@ -34,8 +34,13 @@ type Config struct {
 	Spike                            bool
 	SpikeBase, SpikeHold, SpikeAfter time.Duration
 	// Extra are further scenarios run after the loads and the spike (the long scenario's).
-	Extra   []Scenario `json:",omitempty"`
-	Repeats int
+	Extra []Scenario `json:",omitempty"`
+	// Variants are extra loadshed adaptive targets, each with its own adaptive block, for
+	// tuning runs next to the defaults: "loadshed/adaptive~NAME" (the sidecar) and, in the
+	// peers and long scenarios, "envoy+loadshed~NAME" (Envoy's external processor; the adaptive
+	// scenario runs no ext_proc door).
+	Variants []AdaptiveVariant `json:",omitempty"`
+	Repeats  int
 	// Targets selects targets by comma-separated name prefixes ("" = all).
 	Targets string
 	// Pin is the CPU placement: PinNone (default: nothing pinned; every proxy gets one worker

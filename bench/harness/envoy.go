@@ -62,45 +62,7 @@ var EnvoySetups = []EnvoySetup{
 		},
 		LimitStat: "adaptive_concurrency.gradient_controller.concurrency_limit",
 	},
-	{
-		// Envoy calling loadshed as its external processor: the filter as deploy/envoy/envoy.yaml
-		// sets it (headers both ways, no bodies, fail open, 200ms message timeout extendable to
-		// 2s), loadshed with strategy adaptive and nothing about the backend, as
-		// deploy/envoy/loadshed.yaml. Envoy still has one worker; loadshed runs beside it on the
-		// same CPU with GOMAXPROCS=1, and its CPU counts as the target's.
-		Name: EnvoyLoadshed,
-		Settings: func(Limits) string {
-			return "ext_proc filter (deploy/envoy/envoy.yaml) calling loadshed, strategy adaptive with its defaults (nothing about the backend)"
-		},
-		Filters: func(_ Limits, ep endpoints) string {
-			return `- name: envoy.filters.http.ext_proc
-  typed_config:
-    "@type": type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor
-    grpc_service: {envoy_grpc: {cluster_name: loadshed}}
-    failure_mode_allow: true
-    message_timeout: 0.2s
-    max_message_timeout: 2s
-    allow_mode_override: true
-    request_attributes: ["source.address"]
-    processing_mode:
-      request_header_mode: SEND
-      response_header_mode: SEND
-      request_body_mode: NONE
-      response_body_mode: NONE
-      request_trailer_mode: SKIP
-      response_trailer_mode: SKIP
-`
-		},
-		Sidecar: func(dir string, bins Binaries, _ Limits, ep endpoints) (launch, error) {
-			path := filepath.Join(dir, "loadshed.yaml")
-			cfg := fmt.Sprintf("listen: \"\"\nadminListen: %q\nextProc: {listen: %q, messageTimeout: 200ms, maxMessageTimeout: 2s}\nadmission:\n  strategy: adaptive\n",
-				ep.SidecarAdmin, ep.Sidecar)
-			if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
-				return launch{}, err
-			}
-			return launch{Path: bins.Proxy, Args: []string{"--config", path}, ReadyURL: "http://" + ep.SidecarAdmin + "/readyz"}, nil
-		},
-	},
+	extProcSetup(AdaptiveVariant{}),
 	{
 		Name:         "envoy/circuit_breaker",
 		ToldCapacity: true,
@@ -274,4 +236,58 @@ func envoyStat(body []byte, suffix string) (float64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// extProcSetup is Envoy calling loadshed as its external processor: the filter as
+// deploy/envoy/envoy.yaml sets it (headers both ways, no bodies, fail open, 200ms message timeout
+// extendable to 2s), loadshed with strategy adaptive and nothing about the backend, as
+// deploy/envoy/loadshed.yaml, with the variant's adaptive block if it has one
+// ("envoy+loadshed~NAME"). Envoy still has one worker; loadshed runs beside it on the same CPU
+// with GOMAXPROCS=1, and its CPU counts as the target's.
+func extProcSetup(v AdaptiveVariant) EnvoySetup {
+	name, settings, adaptive := EnvoyLoadshed, "strategy adaptive with its defaults", ""
+	if v.Name != "" {
+		name, settings, adaptive = EnvoyLoadshed+"~"+v.Name, "strategy adaptive, "+v.Block, "  adaptive: "+v.Block+"\n"
+	}
+	return EnvoySetup{
+		Name: name,
+		Settings: func(Limits) string {
+			return "ext_proc filter (deploy/envoy/envoy.yaml) calling loadshed, " + settings + " (nothing about the backend)"
+		},
+		Filters: func(_ Limits, ep endpoints) string {
+			return `- name: envoy.filters.http.ext_proc
+  typed_config:
+    "@type": type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor
+    grpc_service: {envoy_grpc: {cluster_name: loadshed}}
+    failure_mode_allow: true
+    message_timeout: 0.2s
+    max_message_timeout: 2s
+    allow_mode_override: true
+    request_attributes: ["source.address"]
+    processing_mode:
+      request_header_mode: SEND
+      response_header_mode: SEND
+      request_body_mode: NONE
+      response_body_mode: NONE
+      request_trailer_mode: SKIP
+      response_trailer_mode: SKIP
+`
+		},
+		Sidecar: func(dir string, bins Binaries, _ Limits, ep endpoints) (launch, error) {
+			if v.Name != "" {
+				// A block the config refuses fails the point with the reason, not a proxy
+				// that will not start.
+				if _, err := v.admission(); err != nil {
+					return launch{}, err
+				}
+			}
+			path := filepath.Join(dir, "loadshed.yaml")
+			cfg := fmt.Sprintf("listen: \"\"\nadminListen: %q\nextProc: {listen: %q, messageTimeout: 200ms, maxMessageTimeout: 2s}\nadmission:\n  strategy: adaptive\n%s",
+				ep.SidecarAdmin, ep.Sidecar, adaptive)
+			if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+				return launch{}, err
+			}
+			return launch{Path: bins.Proxy, Args: []string{"--config", path}, ReadyURL: "http://" + ep.SidecarAdmin + "/readyz"}, nil
+		},
+	}
 }

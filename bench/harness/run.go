@@ -73,7 +73,7 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (*Result, er
 	res := &Result{Config: cfg, Limits: limits, Started: time.Now(), Scenarios: cfg.scenarios()}
 	logf := func(format string, a ...any) { fmt.Fprintf(stderr, "bench: "+format+"\n", a...) }
 
-	targets, err := SelectTargets(AllTargets(limits), cfg.Targets)
+	targets, err := SelectTargets(append(AllTargets(limits), VariantTargets(limits, cfg.Variants...)...), cfg.Targets)
 	if err != nil {
 		return nil, err
 	}

@@ -191,6 +191,60 @@ func TestAdaptiveTargets(t *testing.T) {
 	}
 }
 
+// A variant outside the adaptive scenario runs both loadshed doors with its block: the sidecar
+// and Envoy's external processor, whose config file carries the block for the config package
+// to read; a block it refuses fails the ext_proc point with the reason, before any process.
+func TestVariantTargets(t *testing.T) {
+	l := testLimits(t)
+	vs := VariantTargets(l, AdaptiveVariant{Name: "lowtail", Block: "{queue: {lead: 1ms}}"}, AdaptiveVariant{Name: "typo", Block: "{queu: {lead: 1ms}}"})
+	var names []string
+	for _, v := range vs {
+		names = append(names, v.Name)
+	}
+	if want := "loadshed/adaptive~lowtail envoy+loadshed~lowtail loadshed/adaptive~typo envoy+loadshed~typo"; strings.Join(names, " ") != want {
+		t.Fatalf("variant targets %v, want %s", names, want)
+	}
+	side, door := vs[0], vs[1]
+	if side.Kind != KindLoadshed || door.Kind != KindEnvoy || door.envoy.Sidecar == nil || !strings.Contains(door.Settings, "{queue: {lead: 1ms}}") {
+		t.Fatalf("variant targets %+v, %+v", side, door)
+	}
+	dir := t.TempDir()
+	lc, err := door.envoy.Sidecar(dir, Binaries{Proxy: "proxy"}, l, testEP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, err := os.ReadFile(lc.Args[len(lc.Args)-1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := config.Parse(text)
+	if err != nil {
+		t.Fatalf("ext_proc variant: config rejected:\n%s\n%v", text, err)
+	}
+	want := config.DefaultAdaptive()
+	want.Queue.Lead = config.Duration(time.Millisecond)
+	if got := config.BlockOf[*config.Adaptive](&c.Admission); c.ExtProc.Listen != testEP.Sidecar || !reflect.DeepEqual(*got, want) {
+		t.Errorf("ext_proc variant: config\n%s\nwant the defaults with a 1ms lead, serving ext_proc on %s", text, testEP.Sidecar)
+	}
+	if _, err := vs[3].envoy.Sidecar(t.TempDir(), Binaries{Proxy: "proxy"}, l, testEP); err == nil || !strings.Contains(err.Error(), "queu") || !strings.Contains(err.Error(), "typo") {
+		t.Errorf("an ext_proc variant with an unknown field: %v", err)
+	}
+	// The default door stays as it was: no adaptive block, the defaults.
+	def := envoySetup(t, EnvoyLoadshed)
+	lc, err = def.Sidecar(t.TempDir(), Binaries{Proxy: "proxy"}, l, testEP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text, _ := os.ReadFile(lc.Args[len(lc.Args)-1]); strings.Contains(string(text), "adaptive:") {
+		t.Errorf("default ext_proc door's config names an adaptive block:\n%s", text)
+	}
+	// Selected by name next to the defaults.
+	got, err := SelectTargets(append(AllTargets(l), vs...), "envoy+loadshed~lowtail,envoy+loadshed")
+	if err != nil || len(got) != 2 || got[0].Name != "envoy+loadshed~lowtail" || got[1].Name != EnvoyLoadshed {
+		t.Fatalf("select %v, %v", got, err)
+	}
+}
+
 func TestCostTargets(t *testing.T) {
 	l, err := DeriveLimits(Backend{Workers: 64, Service: 20 * time.Millisecond}, 100*time.Millisecond)
 	if err != nil {

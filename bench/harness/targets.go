@@ -144,17 +144,7 @@ func AdaptiveTargets(l Limits, variants ...AdaptiveVariant) []Target {
 			Settings: "strategy adaptive, algorithm " + alg + ", its defaults otherwise"})
 	}
 	for _, v := range variants {
-		// The block is the user's YAML: the config package reads it (strictly), and a block it
-		// refuses leaves the target skipped, named with the reason (checkStrategy).
-		s := adaptiveStrategy(func() (config.Admission, error) {
-			a, err := config.ParseAdmission([]byte("strategy: adaptive\nadaptive: " + v.Block + "\n"))
-			if err != nil {
-				return config.Admission{}, fmt.Errorf("adaptive variant %s: %w", v.Name, err)
-			}
-			return *a, nil
-		})
-		ts = append(ts, Target{Name: "loadshed/adaptive~" + v.Name, Kind: KindLoadshed, strategy: s,
-			Settings: "strategy adaptive, " + v.Block})
+		ts = append(ts, v.sidecar())
 	}
 	for i := range EnvoySetups {
 		if EnvoySetups[i].LimitStat != "" {
@@ -162,6 +152,36 @@ func AdaptiveTargets(l Limits, variants ...AdaptiveVariant) []Target {
 		}
 	}
 	return ts
+}
+
+// VariantTargets are the targets each variant adds outside the adaptive scenario: loadshed's
+// adaptive strategy with the variant's block as the sidecar ("loadshed/adaptive~NAME") and as
+// Envoy's external processor ("envoy+loadshed~NAME").
+func VariantTargets(l Limits, variants ...AdaptiveVariant) []Target {
+	var ts []Target
+	for _, v := range variants {
+		ts = append(ts, v.sidecar())
+		s := extProcSetup(v)
+		ts = append(ts, envoyTarget(&s, l))
+	}
+	return ts
+}
+
+// admission reads the variant's block as the config file's admission section would: strictly,
+// so that a block the config package refuses is named with the reason.
+func (v AdaptiveVariant) admission() (config.Admission, error) {
+	a, err := config.ParseAdmission([]byte("strategy: adaptive\nadaptive: " + v.Block + "\n"))
+	if err != nil {
+		return config.Admission{}, fmt.Errorf("adaptive variant %s: %w", v.Name, err)
+	}
+	return *a, nil
+}
+
+// sidecar is the variant as a loadshed sidecar. A block the config refuses leaves the target
+// skipped, named with the reason (checkStrategy).
+func (v AdaptiveVariant) sidecar() Target {
+	return Target{Name: "loadshed/adaptive~" + v.Name, Kind: KindLoadshed, strategy: adaptiveStrategy(v.admission),
+		Settings: "strategy adaptive, " + v.Block}
 }
 
 // CostTargets are the targets of the cost scenario: loadshed with strategies none, inflight

@@ -65,7 +65,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&adaptive.TraceEvery, "trace-every", 100*time.Millisecond, "adaptive and long: how often each target's concurrency limit is read")
 	fs.StringVar(&aWorkers, "adaptive-workers", "4,8,16", "adaptive: backend sizes W (capacity stays --backend-workers/--backend-service; S = W/C)")
 	fs.StringVar(&aShapes, "adaptive-services", "constant,slow-tail", "adaptive: service time shapes (constant, slow-tail)")
-	fs.Func("adaptive-variant", "adaptive: an extra target loadshed/adaptive~NAME, as NAME=BLOCK with BLOCK the adaptive block in flow style, e.g. noqueue='{queue: {depthPerLimit: 0}}' (repeatable)", func(v string) error {
+	fs.Func("adaptive-variant", "an extra target loadshed/adaptive~NAME (and with --scenario peers or long envoy+loadshed~NAME, Envoy's external processor), as NAME=BLOCK with BLOCK the adaptive block in flow style, e.g. noqueue='{queue: {depthPerLimit: 0}}' (repeatable; select it with --targets)", func(v string) error {
 		name, block, ok := strings.Cut(v, "=")
 		if !ok || name == "" || strings.TrimSpace(block) == "" {
 			return fmt.Errorf("want NAME=BLOCK, got %q", v)
@@ -96,6 +96,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	cfg.Backend.Workers = workers
 	cfg.Spike = spike
+	cfg.Variants = adaptive.Variants
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if cfg.Generator == harness.GeneratorLoadgen && scenario != "adaptive" {
