@@ -4,6 +4,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -204,21 +205,30 @@ func TestPriorities(t *testing.T) {
 	checkProxyConfigParses(t, m, "inflight")
 }
 
-// TestAdaptiveDefaultsFollowTheProxy: the chart's default algorithm is the
-// proxy's documented default, so the acceptance figures apply to a default install.
+// TestAdaptiveDefaultsFollowTheProxy: the chart's adaptive block, as the sidecar reads it, is
+// the proxy's own defaults (the algorithm, its limits and its queue), so the acceptance figures
+// apply to a default install. The chart passes the block on as it is, so a value left behind
+// when the proxy's default moves would otherwise override it in every pod.
 func TestAdaptiveDefaultsFollowTheProxy(t *testing.T) {
 	var values struct {
 		Admission struct {
-			Adaptive struct {
-				Algorithm string `json:"algorithm"`
-			} `json:"adaptive"`
+			Adaptive map[string]any `json:"adaptive"`
 		} `json:"admission"`
 	}
 	if err := yaml.Unmarshal(readFile(t, chartDir+"/values.yaml"), &values); err != nil {
 		t.Fatal(err)
 	}
-	if values.Admission.Adaptive.Algorithm != config.DefaultAlgorithm {
-		t.Errorf("chart default admission.adaptive.algorithm %q, proxy default %q", values.Admission.Adaptive.Algorithm, config.DefaultAlgorithm)
+	block, err := yaml.Marshal(map[string]any{"strategy": "adaptive", "adaptive": values.Admission.Adaptive})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := config.ParseAdmission(block)
+	if err != nil {
+		t.Fatalf("the chart's adaptive block: %v", err)
+	}
+	got, want := *config.BlockOf[*config.Adaptive](a), config.DefaultAdaptive()
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("chart default admission.adaptive, as the sidecar reads it:\n%+v\nproxy defaults:\n%+v", got, want)
 	}
 }
 

@@ -52,7 +52,7 @@ func newAlg[C any](t *testing.T, ctor func(C) (Algorithm, error), c C) Algorithm
 }
 
 func TestAIMD(t *testing.T) {
-	t.Run("sidecar", func(t *testing.T) {
+	t.Run("sidecar, 25% buffer and no rest", func(t *testing.T) {
 		a := newAlg(t, NewAIMD, DefaultAIMD())
 		runSteps(t, a, 4, []step{
 			{"unloaded: +1", win(20*ms, 20*ms, 4), 5},
@@ -120,7 +120,7 @@ func TestVegasThresholdsLg2(t *testing.T) {
 
 func TestVegas(t *testing.T) {
 	const m = 20 * ms
-	t.Run("sidecar", func(t *testing.T) {
+	t.Run("sidecar, 25% buffer and no rest", func(t *testing.T) {
 		// The steps measure one request of queue exactly; the noise band is tested on its own.
 		c := DefaultVegas()
 		c.NoiseBand = 0
@@ -173,8 +173,8 @@ func TestGradient(t *testing.T) {
 			t.Errorf("drops, app-limited: %v, want %v", got, want)
 		}
 	})
-	t.Run("sidecar", func(t *testing.T) {
-		a := newAlg(t, NewGradient, DefaultGradient())
+	t.Run("sidecar, 25% buffer and no rest", func(t *testing.T) {
+		a := newAlg(t, NewGradient, bufferGradient())
 		// Sidecar: buffer 25%, +0.5 headroom while growing, drain to the served concurrency.
 		l1 := 8*1.25 + 0.5
 		l2 := l1*1.25/1.05 + 0.5
@@ -189,9 +189,9 @@ func TestGradient(t *testing.T) {
 			{"MinRTT unknown: hold", win(m, 0, 4), l3 / 2 * 0.9},
 		})
 	})
-	t.Run("low-tail settings rest at the knee and probe above it", func(t *testing.T) {
-		a := newAlg(t, NewGradient, TailGradient())
-		h := TailGradient().Hold
+	t.Run("defaults rest at the knee and probe above it", func(t *testing.T) {
+		a := newAlg(t, NewGradient, DefaultGradient())
+		h := DefaultGradient().Hold
 		// 8 workers x 20 ms behind a limit of 10 with requests waiting: 40 completions in 100 ms
 		// at MinRTT 20 ms served 8 at once; RTT 25 ms.
 		knee := Window{Samples: 40, RTT: 25 * ms, MinRTT: m, MaxInFlight: 10, Backlog: 3, Duration: 100 * ms}
@@ -216,13 +216,13 @@ func TestGradient(t *testing.T) {
 			step{"served 8.8 again: the knee moved, grow x1.05 + 0.5, whole", more, math.Round(9*1.05 + 0.5)},
 			step{"let the step act", more2, 10})
 		runSteps(t, a, 10, steps)
-		if g := a.(*gradient); g.rest != TailGradient().Hold {
-			t.Errorf("after a used step the next rest is %d windows, want %d", g.rest, TailGradient().Hold)
+		if g := a.(*gradient); g.rest != DefaultGradient().Hold {
+			t.Errorf("after a used step the next rest is %d windows, want %d", g.rest, DefaultGradient().Hold)
 		}
 	})
-	t.Run("low-tail settings: a slow window below the knee returns to it", func(t *testing.T) {
-		a := newAlg(t, NewGradient, TailGradient())
-		h := TailGradient().Hold
+	t.Run("a slow window below the knee returns to it", func(t *testing.T) {
+		a := newAlg(t, NewGradient, DefaultGradient())
+		h := DefaultGradient().Hold
 		at := func(l float64, rtt time.Duration) Window {
 			// 8 workers x 20 ms behind a limit of l with requests waiting.
 			return Window{Samples: int(math.Min(l, 8) * 5), RTT: rtt, MinRTT: m, MaxInFlight: int(l), Backlog: 3, Duration: 100 * ms}
@@ -243,7 +243,7 @@ func TestGradient(t *testing.T) {
 		runSteps(t, a, 10, steps)
 
 		// A worker fewer: the return to the knee drains again, and the knee is forgotten.
-		b := newAlg(t, NewGradient, TailGradient())
+		b := newAlg(t, NewGradient, DefaultGradient())
 		seven := func(l float64) Window {
 			// 7 workers: above 7 the requests queue, the median by l/7.
 			return Window{Samples: int(math.Min(l, 7) * 5), RTT: time.Duration(float64(m) * math.Max(l/7, 1)), MinRTT: m, MaxInFlight: int(l), Backlog: 3, Duration: 100 * ms}
@@ -263,8 +263,8 @@ func TestGradient(t *testing.T) {
 		}
 		runSteps(t, b, 10, steps)
 	})
-	t.Run("low-tail settings: a step waits for a window run under the limit after a drain", func(t *testing.T) {
-		a := newAlg(t, NewGradient, TailGradient())
+	t.Run("a step waits for a window run under the limit after a drain", func(t *testing.T) {
+		a := newAlg(t, NewGradient, DefaultGradient())
 		a.(*gradient).ran = 11 // the last window ran under 11, and drained to 7.04
 		// Recorded at 5x on 8 workers x 20 ms: after a drain from 11 to 7.04 the next window
 		// still completed requests admitted under 11 (served 7.91); a step to 8 judged against
@@ -277,12 +277,12 @@ func TestGradient(t *testing.T) {
 			{"and again: used, grow", Window{Samples: 39, RTT: 20490 * time.Microsecond, MinRTT: 20490 * time.Microsecond, MaxInFlight: 9, Backlog: 2, Duration: 103 * ms}, 9},
 		})
 	})
-	t.Run("low-tail settings: a first step without a rest is judged against at most its limit", func(t *testing.T) {
+	t.Run("a first step without a rest is judged against at most its limit", func(t *testing.T) {
 		// Recorded at 5x on 8 workers x 20 ms (the bench's trace): slow start overshot to 22,
 		// a drain from 11 landed nowhere at 7.48, and the first step to 8 was judged against
 		// the one window before it, which read 8.3 by the workers' phases. Serving 8.0 looked
 		// unused: the limit landed on 7, marked it as the knee and rested there for the run.
-		a := newAlg(t, NewGradient, TailGradient())
+		a := newAlg(t, NewGradient, DefaultGradient())
 		a.(*gradient).ran = 7.48
 		const m = 20500 * time.Microsecond
 		at := func(n int, d time.Duration) Window {
@@ -295,13 +295,13 @@ func TestGradient(t *testing.T) {
 			{"and again: used, grow", at(40, 102500*time.Microsecond), 9},
 		})
 	})
-	t.Run("low-tail settings: a probe's baseline is what was served, above the limit or not", func(t *testing.T) {
+	t.Run("a probe's baseline is what was served, above the limit or not", func(t *testing.T) {
 		// 8 workers x 20 ms behind a limit of 8: a window's completions wander with the
 		// workers' phases (served 7.2-8.9 in recorded runs), and here the rest read 8.6. A step
 		// to 9 that served as much judged against the limit (8) instead looked used; capping
 		// the baseline at the limit cuts its high readings and keeps its low ones.
-		a := newAlg(t, NewGradient, TailGradient())
-		h := TailGradient().Hold
+		a := newAlg(t, NewGradient, DefaultGradient())
+		h := DefaultGradient().Hold
 		const m = 22 * time.Millisecond
 		at := func(l float64, rtt time.Duration) Window {
 			return Window{Samples: 43, RTT: rtt, MinRTT: m, MaxInFlight: int(l) + 1, Blocked: 60, Duration: 110 * ms}
@@ -316,14 +316,14 @@ func TestGradient(t *testing.T) {
 			step{"served 8.6 again, not half the step more: back to 8", at(9, m), 8})
 		runSteps(t, a, 10, steps)
 	})
-	t.Run("low-tail settings: a probe is judged against its rest's mean, and a used one confirmed", func(t *testing.T) {
+	t.Run("a probe is judged against its rest's mean, and a used one confirmed", func(t *testing.T) {
 		// Recorded at 5x on 8 workers x 20 ms: a window holds 40 completions of 8 constant-time
 		// workers, 36 to 45 by their phases, so one window's served concurrency wanders by
 		// about as much as a step of one. A step to 9 judged against the window before it
 		// (7.68) by the next one (8.60) looked used; the limit went on to 10, landed on 9 and
 		// rested there with a request waiting inside the upstream.
-		a := newAlg(t, NewGradient, TailGradient())
-		h := TailGradient().Hold
+		a := newAlg(t, NewGradient, DefaultGradient())
+		h := DefaultGradient().Hold
 		const m = 20510 * time.Microsecond
 		at := func(n int, d time.Duration) Window {
 			return Window{Samples: n, RTT: m, MinRTT: m, MaxInFlight: 10, Blocked: 200, Duration: d}
@@ -340,7 +340,7 @@ func TestGradient(t *testing.T) {
 			step{"served 7.87: 8.24 on the two, not half the step more: back to 8", at(40, 104200*time.Microsecond), 8})
 		runSteps(t, a, 10, steps)
 	})
-	t.Run("low-tail settings: a drain lands below the limit it drained when the upstream served less", func(t *testing.T) {
+	t.Run("a drain lands below the limit it drained when the upstream served less", func(t *testing.T) {
 		// Recorded at 5x on 4 workers x 20 ms: a step from a fractional 4.65 to 5 failed, and
 		// the landing, 5 x 20.50/22.12 = 4.63 rounded, was 5 itself: marked as the knee, the
 		// limit rested there with a request waiting inside the upstream (p99 40 ms).
@@ -348,7 +348,7 @@ func TestGradient(t *testing.T) {
 		at := func(l float64, rtt time.Duration) Window {
 			return Window{Samples: 20, RTT: rtt, RTTNoise: 48 * time.Microsecond, MinRTT: m, MaxInFlight: int(l) + 1, Blocked: 95, Duration: 103 * ms}
 		}
-		a := newAlg(t, NewGradient, TailGradient())
+		a := newAlg(t, NewGradient, DefaultGradient())
 		a.(*gradient).ran = 4.65
 		runSteps(t, a, 4.65, []step{
 			{"clean at 4.65, served 3.98: step to a whole 5", at(4.65, 20880*time.Microsecond), 5},
@@ -359,16 +359,16 @@ func TestGradient(t *testing.T) {
 		}
 		// A drain at a whole limit the upstream served less than lands below it too; one at a
 		// limit it served in full (a slow window of the node) stays on it.
-		b := newAlg(t, NewGradient, TailGradient())
+		b := newAlg(t, NewGradient, DefaultGradient())
 		b.(*gradient).ran = 5
 		runSteps(t, b, 5, []step{{"5 x 20.50/22.28 = 4.6, served 3.98 of 5: land on 4", at(5, 22280*time.Microsecond), 4}})
-		c := newAlg(t, NewGradient, TailGradient())
+		c := newAlg(t, NewGradient, DefaultGradient())
 		c.(*gradient).ran = 4
 		full := at(4, 22280*time.Microsecond)
 		full.Samples = 21 // served 4.18
 		runSteps(t, c, 4, []step{{"4 x 20.50/22.28 = 3.7, served 4.18 of 4: land on 4", full, 4}})
 	})
-	t.Run("low-tail settings: on 2 workers a failed step to 3 lands on 2 and rests", func(t *testing.T) {
+	t.Run("on 2 workers a failed step to 3 lands on 2 and rests", func(t *testing.T) {
 		// Recorded through the long scenario's halving (4 to 2 workers x 40 ms, 2x): a step
 		// from 2 to 3 served 1.99 of the 3 it let in, under three quarters of it, and its
 		// drain did not land; the limit went back to 3 three windows later, every time.
@@ -376,13 +376,13 @@ func TestGradient(t *testing.T) {
 		at := func(rtt time.Duration, inFlight int) Window {
 			return Window{Samples: 10, RTT: rtt, RTTNoise: 50 * time.Microsecond, MinRTT: m, MaxInFlight: inFlight, Blocked: 37, Duration: 205 * ms}
 		}
-		a := newAlg(t, NewGradient, TailGradient())
+		a := newAlg(t, NewGradient, DefaultGradient())
 		a.(*gradient).ran = 2
 		steps := []step{
 			{"clean at 2, served 1.99: step to 3", at(m, 3), 3},
 			{"twice as slow, served 1.99: the step failed, land on 2", at(76350*time.Microsecond, 4), 2},
 		}
-		rest := 2 * TailGradient().Hold
+		rest := 2 * DefaultGradient().Hold
 		for i := range rest {
 			steps = append(steps, step{fmt.Sprintf("rest %d of %d at 2", i+1, rest), at(m, 3), 2})
 		}
@@ -391,7 +391,7 @@ func TestGradient(t *testing.T) {
 			t.Errorf("knee after the failed step: %v, want 2", k)
 		}
 	})
-	t.Run("low-tail settings: a failed step from a fraction lands no lower than was served before it", func(t *testing.T) {
+	t.Run("a failed step from a fraction lands no lower than was served before it", func(t *testing.T) {
 		// Recorded through the long scenario's halving (2 workers x 40 ms, 2x): a drain that
 		// did not land left 1.883; the step to a whole 2 served 1.89 against 1.88, less than
 		// half of its 0.12 more, and landed on 1, where the limit rested for the rest of the
@@ -400,7 +400,7 @@ func TestGradient(t *testing.T) {
 		at := func(n int, rtt time.Duration, inFlight int, d time.Duration) Window {
 			return Window{Samples: n, RTT: rtt, RTTNoise: 50 * time.Microsecond, MinRTT: m, MaxInFlight: inFlight, Blocked: 39, Duration: d}
 		}
-		a := newAlg(t, NewGradient, TailGradient())
+		a := newAlg(t, NewGradient, DefaultGradient())
 		a.(*gradient).ran = 3
 		steps := []step{
 			{"the window after the drain ran under 3: wait", at(10, 41260*time.Microsecond, 2, 237700*time.Microsecond), 1.883},
@@ -414,14 +414,14 @@ func TestGradient(t *testing.T) {
 			t.Errorf("knee after the failed step: %v, want 2", k)
 		}
 	})
-	t.Run("low-tail settings: a failed probe is told by the requests refused, not the last instant's queue", func(t *testing.T) {
+	t.Run("a failed probe is told by the requests refused, not the last instant's queue", func(t *testing.T) {
 		// Recorded at 2x on 4 workers x 20 ms with the short wait (2 ms): the queue was empty
 		// when most windows closed, though half the requests were refused in each. A failed
 		// probe to 5 then drained to 3.92 without landing, the next clean window probed 5
 		// again, and the limit spent a tenth of the run above the workers (admitted p99 1.6x
 		// the unloaded one).
-		a := newAlg(t, NewGradient, TailGradient())
-		h := TailGradient().Hold
+		a := newAlg(t, NewGradient, DefaultGradient())
+		h := DefaultGradient().Hold
 		const m = 20440 * time.Microsecond
 		at := func(l float64, rtt time.Duration) Window {
 			// 4 workers behind a limit of l, nobody waiting at the window's end, 25 refused.
@@ -440,7 +440,7 @@ func TestGradient(t *testing.T) {
 
 		// Nobody refused and nobody waiting: the slower window is the upstream's own doing, the
 		// limit follows it without resting.
-		b := newAlg(t, NewGradient, TailGradient())
+		b := newAlg(t, NewGradient, DefaultGradient())
 		idle := at(5, 27370*time.Microsecond)
 		idle.Blocked = 0
 		next := b.Update(5, idle)
@@ -454,11 +454,11 @@ func TestGradient(t *testing.T) {
 			t.Fatalf("after a drain without demand the second clean window: %v, want growth from %v", got, next)
 		}
 	})
-	t.Run("low-tail settings: a step the limiter overrode is no probe", func(t *testing.T) {
+	t.Run("a step the limiter overrode is no probe", func(t *testing.T) {
 		// Recorded at 2x on 8 workers x 20 ms: the first window stepped 4 to 5, slow start
 		// doubled the limit to 10, and the drain from 10 was judged the failure of the step
 		// to 5: the limit landed on 4 and rested there 10 s.
-		a := newAlg(t, NewGradient, TailGradient())
+		a := newAlg(t, NewGradient, DefaultGradient())
 		const m = 20920 * time.Microsecond
 		runSteps(t, a, 4, []step{
 			{"a clean window at 4: step to 5", Window{Samples: 18, RTT: m, MinRTT: m, MaxInFlight: 4, Backlog: 2, Blocked: 79, Duration: 110 * ms}, 5},
@@ -467,12 +467,12 @@ func TestGradient(t *testing.T) {
 			{"slow start made it 10; slower: drain, landing on 10 x 20.92/22.17 rounded", Window{Samples: 39, RTT: 22170 * time.Microsecond, MinRTT: m, MaxInFlight: 11, Blocked: 58, Duration: 104600 * time.Microsecond}, 9},
 		})
 	})
-	t.Run("low-tail settings: the window after a landing lags, the rest goes on", func(t *testing.T) {
+	t.Run("the window after a landing lags, the rest goes on", func(t *testing.T) {
 		// Recorded at 5x on 4 workers x 20 ms: a failed probe landed back on 4, the next window
 		// still read 6.5% slow (requests admitted under 5), and taking that for a no-load
 		// latency the drains do not lower ended the rest: the next window probed 5 again.
-		a := newAlg(t, NewGradient, TailGradient())
-		h := TailGradient().Hold
+		a := newAlg(t, NewGradient, DefaultGradient())
+		h := DefaultGradient().Hold
 		const m = 20610 * time.Microsecond
 		at := func(l float64, rtt time.Duration) Window {
 			return Window{Samples: 20, RTT: rtt, RTTNoise: 44 * time.Microsecond, MinRTT: m, MaxInFlight: int(l) + 1, Backlog: 2, Blocked: 97, Duration: 104 * ms}
@@ -487,8 +487,8 @@ func TestGradient(t *testing.T) {
 		steps = append(steps, step{"then probe", at(4, clean), 5})
 		runSteps(t, a, 4, steps)
 	})
-	t.Run("low-tail settings: a lent slot does not keep a drain from landing", func(t *testing.T) {
-		a := newAlg(t, NewGradient, TailGradient())
+	t.Run("a lent slot does not keep a drain from landing", func(t *testing.T) {
+		a := newAlg(t, NewGradient, DefaultGradient())
 		// Recorded at 2x on 4 workers x 20 ms: at a limit of 5 the lead's slot made 6 in
 		// flight, and the served 4.1 was under three quarters of 6, so every drain followed
 		// to 4.1-4.4 without landing and the next whole step went back to 5.
@@ -498,8 +498,8 @@ func TestGradient(t *testing.T) {
 			{"and rest there", Window{Samples: 20, RTT: 21 * ms, MinRTT: 21 * ms, MaxInFlight: 5, Backlog: 2, Duration: 105 * ms}, 4},
 		})
 	})
-	t.Run("low-tail settings without steady medians never rest", func(t *testing.T) {
-		a := newAlg(t, NewGradient, TailGradient())
+	t.Run("without steady medians the defaults never rest", func(t *testing.T) {
+		a := newAlg(t, NewGradient, DefaultGradient())
 		// A spread service time: the medians' noise (3 x 1 ms) is over the 5% buffer (1 ms).
 		knee := Window{Samples: 40, RTT: 30 * ms, RTTNoise: ms, MinRTT: m, MaxInFlight: 10, Backlog: 3, Duration: 100 * ms}
 		clean := knee
@@ -515,20 +515,20 @@ func TestGradient(t *testing.T) {
 		// of them busy.
 		tail := knee
 		tail.Skew = 4 * ms
-		b := newAlg(t, NewGradient, TailGradient())
+		b := newAlg(t, NewGradient, DefaultGradient())
 		runSteps(t, b, 12, []step{{"drain to the mean's served 9.6, plus one", tail, 10.6}})
 		// Two slow requests held workers through the whole window without completing in it:
 		// 30 completions kept 7.2 busy at 24 ms each, and the two held 2 more.
 		held := tail
 		held.Samples, held.Held = 30, 2
-		runSteps(t, newAlg(t, NewGradient, TailGradient()), 12, []step{{"drain to the 7.2 served and the 2 held, plus one", held, 10.2}})
-		// Never above the limit, and the defaults drain to the served concurrency alone.
-		runSteps(t, newAlg(t, NewGradient, TailGradient()), 10, []step{{"capped at the limit", tail, 10}})
-		runSteps(t, newAlg(t, NewGradient, TailGradient()), 10, []step{{"with the held ones too", held, 10}})
-		runSteps(t, newAlg(t, NewGradient, DefaultGradient()), 12, []step{{"defaults: the served 8", tail, 8}})
-		runSteps(t, newAlg(t, NewGradient, DefaultGradient()), 9, []step{{"defaults: by latency (x 20/30) to the served 6, the held not counted", held, 6}})
+		runSteps(t, newAlg(t, NewGradient, DefaultGradient()), 12, []step{{"drain to the 7.2 served and the 2 held, plus one", held, 10.2}})
+		// Never above the limit, and without a rest the drain is to the served concurrency alone.
+		runSteps(t, newAlg(t, NewGradient, DefaultGradient()), 10, []step{{"capped at the limit", tail, 10}})
+		runSteps(t, newAlg(t, NewGradient, DefaultGradient()), 10, []step{{"with the held ones too", held, 10}})
+		runSteps(t, newAlg(t, NewGradient, bufferGradient()), 12, []step{{"25% buffer, no rest: the served 8", tail, 8}})
+		runSteps(t, newAlg(t, NewGradient, bufferGradient()), 9, []step{{"25% buffer, no rest: by latency (x 20/30) to the served 6, the held not counted", held, 6}})
 	})
-	t.Run("low-tail settings: a window held up at the spread floor does not teach the no-load estimate", func(t *testing.T) {
+	t.Run("a window held up at the spread floor does not teach the no-load estimate", func(t *testing.T) {
 		// A slow tail: 40 completions in 100 ms at a mean of 24 ms kept 9.6 workers busy, and
 		// the window read 25 ms, a quarter over the estimate, by the requests the limit kept
 		// waiting inside the upstream.
@@ -539,7 +539,7 @@ func TestGradient(t *testing.T) {
 		slow.RTT = 31 * ms
 		clean := w
 		clean.RTT = m
-		a := newAlg(t, NewGradient, TailGradient())
+		a := newAlg(t, NewGradient, DefaultGradient())
 		if kept(a) {
 			t.Fatal("kept a queue before any window")
 		}
@@ -561,17 +561,17 @@ func TestGradient(t *testing.T) {
 				t.Fatalf("%s: KeptQueue %v, want %v", c.what, got, c.kept)
 			}
 		}
-		// The defaults have no such floor and keep nothing.
-		d := newAlg(t, NewGradient, DefaultGradient())
+		// Without a rest there is no such floor, and nothing is kept.
+		d := newAlg(t, NewGradient, bufferGradient())
 		queued := w
 		queued.RTT = 30 * ms
-		runSteps(t, d, 12, []step{{"defaults: by latency to the served 8", queued, 8}})
+		runSteps(t, d, 12, []step{{"25% buffer, no rest: by latency to the served 8", queued, 8}})
 		if kept(d) {
-			t.Fatal("the defaults kept a window from the estimator")
+			t.Fatal("without a rest the gradient kept a window from the estimator")
 		}
 	})
-	t.Run("low-tail settings: a window spanning idle time does not rest", func(t *testing.T) {
-		a := newAlg(t, NewGradient, TailGradient())
+	t.Run("a window spanning idle time does not rest", func(t *testing.T) {
+		a := newAlg(t, NewGradient, DefaultGradient())
 		// Traffic resumes after a pause: the window held 10 in flight but served 2 at once over
 		// its whole span, and its first requests were slow.
 		w := Window{Samples: 20, RTT: 30 * ms, MinRTT: m, MaxInFlight: 10, Backlog: 3, Duration: 200 * ms}
@@ -581,8 +581,8 @@ func TestGradient(t *testing.T) {
 			{"then grow, to a whole limit", Window{Samples: 40, RTT: m, MinRTT: m, MaxInFlight: 7, Backlog: 3, Duration: 100 * ms}, math.Round(10*20.0/30*1.05 + 0.5)},
 		})
 	})
-	t.Run("low-tail settings: a latency the drains do not lower is the no-load one", func(t *testing.T) {
-		a := newAlg(t, NewGradient, TailGradient())
+	t.Run("a latency the drains do not lower is the no-load one", func(t *testing.T) {
+		a := newAlg(t, NewGradient, DefaultGradient())
 		// Recorded at 5x on 8 workers x 20 ms: the no-load estimate (17.2 ms) came from the
 		// startup's over-corrected samples, so every later window read 16% slow at any limit,
 		// and drain after drain took the limit from 8 to 1 for the estimator's memory.
@@ -600,7 +600,7 @@ func TestGradient(t *testing.T) {
 		})
 		// A latency twice the estimate is a queue (its lag after a drain) or a slower upstream,
 		// not an estimate learned wrong: the drains go on.
-		c := newAlg(t, NewGradient, TailGradient())
+		c := newAlg(t, NewGradient, DefaultGradient())
 		slow := func(l float64) Window {
 			return Window{Samples: int(l * 2.5), RTT: 40 * ms, MinRTT: m, MaxInFlight: int(math.Ceil(l)), Backlog: 5, Duration: 100 * ms}
 		}
@@ -609,7 +609,7 @@ func TestGradient(t *testing.T) {
 			{"and on, x 20/40", slow(4), 2},
 		})
 		// A real queue: each drain lowers the latency, and the drains go on.
-		b := newAlg(t, NewGradient, TailGradient())
+		b := newAlg(t, NewGradient, DefaultGradient())
 		q := func(rtt time.Duration, samples, inflight int) Window {
 			return Window{Samples: samples, RTT: rtt, MinRTT: m, MaxInFlight: inflight, Backlog: 5, Duration: 100 * ms}
 		}
@@ -618,8 +618,8 @@ func TestGradient(t *testing.T) {
 			{"the latency fell but is still over: drain on, to the served 6", q(30*ms, 30, 8), 6},
 		})
 	})
-	t.Run("sidecar drain floored at what the window served", func(t *testing.T) {
-		a := newAlg(t, NewGradient, DefaultGradient())
+	t.Run("sidecar (25% buffer, no rest) drain floored at what the window served", func(t *testing.T) {
+		a := newAlg(t, NewGradient, bufferGradient())
 		// Recorded at 3x on 8 workers x 20 ms: the limit had reached 13, the window's median
 		// (35.2 ms) still held requests admitted under a higher limit, and 40 completions in
 		// 104.3 ms at a MinRTT of 20.6 ms say the backend served 7.9 at once.
@@ -640,8 +640,8 @@ func TestGradient(t *testing.T) {
 			t.Errorf("served above the limit: %v, want 10", got)
 		}
 	})
-	t.Run("sidecar app-limited may still decrease", func(t *testing.T) {
-		a := newAlg(t, NewGradient, DefaultGradient())
+	t.Run("sidecar (25% buffer, no rest) app-limited may still decrease", func(t *testing.T) {
+		a := newAlg(t, NewGradient, bufferGradient())
 		if got := a.Update(10, win(40*ms, m, 2)); got != 5 {
 			t.Errorf("Update = %v, want 5", got)
 		}
@@ -844,4 +844,12 @@ func TestNoiseBand(t *testing.T) {
 	if got := g.Update(8, win(22*ms, m, 8)); got <= 8 {
 		t.Errorf("greed: RTT +10%% (noise) took the limit from 8 to %v, want growth", got)
 	}
+}
+
+// bufferGradient is the sidecar's gradient before issue 35 (buffer 25%, no noise term, no rest):
+// still a valid setting, and the one whose every-window rules these cases pin down.
+func bufferGradient() Gradient {
+	g := DefaultGradient()
+	g.Buffer, g.NoiseBuffer, g.Hold, g.HoldMax = 0.25, 0, 0, 0
+	return g
 }

@@ -12,9 +12,8 @@ import "math"
 // Sidecar departures (FieldGradient keeps Envoy's values):
 //   - MinRTT comes from the probe-free estimator instead of Envoy's probe windows, which pin the
 //     limit at 3 until 50 samples arrive and shed traffic every interval.
-//   - SqrtHeadroom 1 -> 0, Headroom 0 -> 0.5. Buffer stays 25%; the low-tail settings
-//     (TailGradient, opt in) make it 5% plus three times the window median's own sampling
-//     error when nothing queues (NoiseBuffer x Window.RTTNoise). In a
+//   - SqrtHeadroom 1 -> 0, Headroom 0 -> 0.5. Buffer 25% -> 5% plus three times the window
+//     median's own sampling error when nothing queues (NoiseBuffer x Window.RTTNoise). In a
 //     saturated backend of W workers Envoy's limit settles at 1.25W + sqrt(1.25W): 13 on 8
 //     workers (+65% latency), 7 on 4 (+75%), always holding a queue inside the backend; a fixed
 //     25% buffer without the sqrt term still settles at 1.25 W, a standing queue of W/4. The
@@ -23,7 +22,7 @@ import "math"
 //     cover the noise: about 5% on a constant-time backend, as much as the medians wander on
 //     one whose service time spreads (a smaller fixed buffer, 10% was tried before the noise
 //     term, drained such a backend's limit to its floor).
-//   - Hold and HoldMax (low-tail settings 50 and 300 windows; 0 in the defaults): where the medians
+//   - Hold and HoldMax (50 and 300 windows; Envoy has no rest): where the medians
 //     are steady enough to see one request queued at the knee (the noise term within the buffer)
 //     and requests found the limit taken (waited for it or were refused: Window.Blocked; the queue
 //     at one instant, which a short wait leaves empty at most window ends, let failed probes go
@@ -43,7 +42,7 @@ import "math"
 //     at 2x and 5x. A drain that lands below the knee rests one window and returns to it: one slow
 //     window (the node or the client stalled) is likelier than a drop in capacity, and if the
 //     return drains again the knee is forgotten.
-//   - A drain that did not lower the latency (low-tail settings only: the next two windows are as
+//   - A drain that did not lower the latency (with a rest, Hold > 0: the next two windows are as
 //     slow, at least 90% of the excess, and at most 25% over the estimate: a larger excess right
 //     after a drain, or one window of it, is the lag of a queue, the window after a drain timing
 //     requests admitted before it) says the excess is not a queue the limit holds: a no-load
@@ -64,7 +63,7 @@ import "math"
 //     The drain does not go below the concurrency the window actually served (completions per
 //     second x MinRTT, Little's law again): the window's median lags the limit, and without
 //     that floor a drain from a high limit landed at 0.9 W and left a queued request waiting.
-//     With the low-tail settings and a spread service time (medians too noisy to rest) the
+//     With a rest (Hold > 0) and a spread service time (medians too noisy to rest) the
 //     floor is the served concurrency reckoned with the window's mean (MinRTT + Window.Skew)
 //     plus the permits held through the whole window (Window.Held: a slow request still being
 //     served keeps its worker without completing in the window) plus one request waiting
@@ -84,13 +83,12 @@ import "math"
 //     Envoy looks at latency only; an overloaded backend that refuses fast lowers the RTT,
 //     which would otherwise raise the limit.
 type Gradient struct {
-	// Buffer is the latency allowance over MinRTT, a fraction. Field and sidecar 0.25; the
-	// low-tail settings 0.05 (with NoiseBuffer: a fixed 25% is the setpoint of a standing queue
+	// Buffer is the latency allowance over MinRTT, a fraction. Field 0.25, sidecar 0.05 (with
+	// NoiseBuffer: a fixed 25% is the setpoint of a standing queue
 	// of a quarter of the backend's workers, which the wait queue and its lead make unnecessary).
 	Buffer float64 `yaml:"buffer" json:"buffer"`
 	// NoiseBuffer widens the allowance by this many times the window median's sampling error
-	// (Window.RTTNoise): MinRTT x (1+Buffer) + NoiseBuffer x RTTNoise. Field and sidecar 0,
-	// low-tail settings 3.
+	// (Window.RTTNoise): MinRTT x (1+Buffer) + NoiseBuffer x RTTNoise. Field 0, sidecar 3.
 	NoiseBuffer float64 `yaml:"noiseBuffer" json:"noiseBuffer"`
 	// MinGradient and MaxGradient clamp the gradient. Field and sidecar 0.5 and 2.
 	MinGradient float64 `yaml:"minGradient" json:"minGradient"`
@@ -108,7 +106,7 @@ type Gradient struct {
 	// (a drain is never held back). A probe that fails doubles the next rest, up to HoldMax
 	// windows; one that is used brings it back to Hold and the limit grows every other window
 	// while the latency stays clean. So at a steady knee the limit probes above it once every
-	// HoldMax windows (30 s). 0 disables resting. Field and sidecar 0 and 0, low-tail settings
+	// HoldMax windows (30 s). 0 disables resting. Field 0 and 0, sidecar
 	// 50 and 300: each probe above a constant-time backend's knee queues requests for a whole
 	// service time, and on 4 workers rests of 20 up to 100 windows put the admitted p99 at 1.5-1.7x
 	// the unloaded one in half the runs, 50 up to 300 at 1.35-1.38x.
@@ -122,23 +120,16 @@ type Gradient struct {
 	DropBackoff float64 `yaml:"dropBackoff" json:"dropBackoff"`
 }
 
-// DefaultGradient returns the sidecar defaults.
+// DefaultGradient returns the sidecar defaults: buffer 5% plus three times the medians' noise,
+// rest 50 windows at the knee, probe at most every 300 (issue 35; before it, buffer 25% with no
+// noise term and no rest). Together with the adaptive queue's lead and short wait they hold a
+// constant-time backend's limit on its workers and the admitted p99 at 1.1-1.25x the unloaded
+// one, where the 25% buffer reached 1.7-2x, at 1.0-1.006x the goodput of Envoy's
+// adaptive_concurrency; a backend whose service time spreads keeps one request waiting inside
+// it, and less of a queue than Envoy's (docs/benchmarks.md, "The adaptive tail").
 func DefaultGradient() Gradient {
-	return Gradient{Buffer: 0.25, MinGradient: 0.5, MaxGradient: 2, Headroom: 0.5, Drain: true, HoldWhenAppLimited: true, DropBackoff: 0.9}
-}
-
-// TailGradient returns the sidecar defaults with the low-tail settings (issue 35, opt in):
-// buffer 5% plus three times the medians' noise, rest 50 windows at the knee, probe at most
-// every 300. Together with the adaptive queue's lead and short wait (queue.lead 1ms,
-// queue.waitPerRTT 0.1) they hold a constant-time backend's limit on its workers and the
-// admitted p99 at 1.07-1.13x the unloaded one where the defaults reach 1.7-2x, at
-// 1.003-1.008x the goodput of Envoy's adaptive_concurrency; a backend whose service time
-// spreads keeps one request waiting inside it, and less of a queue than Envoy's
-// (docs/benchmarks.md, "The adaptive tail").
-func TailGradient() Gradient {
-	g := DefaultGradient()
-	g.Buffer, g.NoiseBuffer, g.Hold, g.HoldMax = 0.05, 3, 50, 300
-	return g
+	return Gradient{Buffer: 0.05, NoiseBuffer: 3, MinGradient: 0.5, MaxGradient: 2, Headroom: 0.5, Drain: true,
+		Hold: 50, HoldMax: 300, HoldWhenAppLimited: true, DropBackoff: 0.9}
 }
 
 // FieldGradient returns Envoy's defaults: buffer 25%, gradient in [0.5, 2], sqrt headroom,
@@ -324,6 +315,7 @@ func (g *gradient) Update(limit float64, w Window) float64 {
 	g.returned = false
 	if !precise {
 		g.hold, g.probing, g.rested, g.back, g.knee = 0, false, false, false, 0
+		g.restSum, g.restN = 0, 0
 	}
 	excess := rtt/minRTT - 1
 	drained := g.drained
@@ -345,6 +337,7 @@ func (g *gradient) Update(limit float64, w Window) float64 {
 		// floor, a whole estimator's memory long; this latency is the no-load one instead.
 		g.base, g.age = math.Min(rtt, baseMax*est), 0
 		g.hold, g.probing, g.rested, g.back = 0, false, false, false
+		g.restSum, g.restN = 0, 0
 		return limit
 	}
 	if g.c.Drain && grad < 1 {
@@ -393,7 +386,12 @@ func (g *gradient) Update(limit float64, w Window) float64 {
 			// resting.)
 			return g.landed(next, limit, returned, math.Round(served) < limit)
 		}
+		// The rest is over, and its mean with it: it was served at another limit (a rest at 8
+		// before a backend's service time doubled, kept through the drains to 1 that followed,
+		// judged the first step from 1 to 2 unused against 8 served, and the limit rested at 1
+		// of 8 workers for 30 s).
 		g.hold, g.probing, g.rested = 0, false, false
+		g.restSum, g.restN = 0, 0
 		if returned {
 			g.knee, g.back = 0, false
 		}

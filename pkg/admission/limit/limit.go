@@ -76,8 +76,8 @@ type Algorithm interface {
 }
 
 // QueueKeeper is implemented by an algorithm that may hold its limit above what a window's latency
-// asks for, on purpose, keeping a request or two waiting inside the upstream (the gradient's
-// low-tail settings on a service time that spreads). Such a window's median carries a queue
+// asks for, on purpose, keeping a request or two waiting inside the upstream (the gradient
+// with a rest, on a service time that spreads). Such a window's median carries a queue
 // the limit keeps, not the upstream's no-load latency, and an algorithm that reckons served
 // concurrency with an estimate learned from it reads that queue as served concurrency and keeps
 // a longer one. After each Update the enforcing limiter asks, and leaves a window it was told

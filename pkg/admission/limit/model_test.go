@@ -28,7 +28,9 @@ func (m model) window(limit float64) Window {
 	rtt := time.Duration(float64(m.S) * math.Max(1, float64(n)/float64(m.W)))
 	served := min(n, m.W)
 	samples := int(math.Round(float64(served) / m.S.Seconds() * m.Interval.Seconds()))
-	return Window{Samples: samples, RTT: rtt, MinRTT: m.S, MaxInFlight: n}
+	// Offered more than it takes, requests always find the limit taken (Blocked), and the
+	// window lasts its interval, so the served concurrency is samples / Interval x S.
+	return Window{Samples: samples, RTT: rtt, MinRTT: m.S, MaxInFlight: n, Duration: m.Interval, Blocked: 1}
 }
 
 // run iterates Update steps times from limit and returns the limit after each step (before
@@ -136,16 +138,19 @@ func TestModelEstimatorInLoop(t *testing.T) {
 	}
 }
 
-// TestModelDrainPreventsRatchet shows why the gradient's sidecar Drain exists: without it the
-// limit settles above W with a queue that never empties, the estimator adopts the queued
-// latency once per span, and the limit keeps climbing (here from 1.1W towards 2W and beyond).
+// TestModelDrainPreventsRatchet shows why the gradient's sidecar Drain exists: with a buffer
+// that holds a queue (25%, the sidecar's before issue 35, without a rest) and no drain the limit
+// settles above W with a queue that never empties, the estimator adopts the queued latency once
+// per span, and the limit keeps climbing (here from 1.1W towards 2W and beyond).
 func TestModelDrainPreventsRatchet(t *testing.T) {
 	p := DefaultParams()
-	p.Gradient.Drain = false
+	p.Gradient = bufferGradient()
+	without := p
+	without.Gradient.Drain = false
 	const w, span = 16, DefaultMinRTTWindows
-	ls := newModel(w, true).run(mustNew(t, NameGradient, p), 1, 10*span, nil)
+	ls := newModel(w, true).run(mustNew(t, NameGradient, without), 1, 10*span, nil)
 	early, late := summarise(ls[:5*span], span, w), summarise(ls, span, w)
-	with := summarise(newModel(w, true).run(mustNew(t, NameGradient, DefaultParams()), 1, 10*span, nil), span, w)
+	with := summarise(newModel(w, true).run(mustNew(t, NameGradient, p), 1, 10*span, nil), span, w)
 	t.Logf("W=%d gradient without drain: after 5 spans %s, after 10 %s | with drain %s", w, early, late, with)
 	if !(late.Mean > early.Mean+1 && late.Mean > 1.75*w) {
 		t.Errorf("without drain the limit went from %s to %s; the model no longer shows the ratchet", early, late)
