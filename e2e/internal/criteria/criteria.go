@@ -251,10 +251,17 @@ func Judge(o Outcome, l Limits) []Check {
 		add("admitted p99 within maxWait + service", p99 <= bound,
 			"p99 %s ms vs maxWait %g ms + service %s ms (%s) = %s ms", ms(p99), l.MaxWaitMs, ms(service), from, ms(bound))
 	case Inflight, Adaptive:
-		timed(fmt.Sprintf("goodput >= %g of capacity", l.MinGoodputRatio), ratio >= l.MinGoodputRatio,
+		// The adaptive rows are measured once (a miss of theirs fails at once): since issue 35
+		// their limit sits on the backend's workers and their p99 near the unloaded one, far
+		// inside these bounds. The in-flight row's fixed limit keeps a miss measured again.
+		check := timed
+		if o.Strategy == Adaptive {
+			check = add
+		}
+		check(fmt.Sprintf("goodput >= %g of capacity", l.MinGoodputRatio), ratio >= l.MinGoodputRatio,
 			"goodput %.1f rps = %s of capacity", s.GoodputRPS, frac(ratio))
-		timed("admitted p99 within the SLO", p99 <= l.SLOMs, "p99 %s ms vs SLO %g ms", ms(p99), l.SLOMs)
-		timed(fmt.Sprintf("admitted p99 <= %gx unloaded p99", l.MaxUnloadedFactor), p99 <= l.MaxUnloadedFactor*unloadedP99,
+		check("admitted p99 within the SLO", p99 <= l.SLOMs, "p99 %s ms vs SLO %g ms", ms(p99), l.SLOMs)
+		check(fmt.Sprintf("admitted p99 <= %gx unloaded p99", l.MaxUnloadedFactor), p99 <= l.MaxUnloadedFactor*unloadedP99,
 			"p99 %s ms vs %g x %s ms = %s ms", ms(p99), l.MaxUnloadedFactor, ms(unloadedP99), ms(l.MaxUnloadedFactor*unloadedP99))
 	}
 	return cs

@@ -192,8 +192,8 @@ func TestSteadyChecks(t *testing.T) {
 }
 
 func TestRemeasure(t *testing.T) {
-	judge := func(spoil func(o *Outcome)) []Check {
-		o := Outcome{Strategy: Adaptive, Unloaded: unloaded(), Overload: overload(), Alert: fired()}
+	judge := func(strategy string, spoil func(o *Outcome)) []Check {
+		o := Outcome{Strategy: strategy, Unloaded: unloaded(), Overload: overload(), Alert: fired()}
 		spoil(&o)
 		return Judge(o, DefaultLimits())
 	}
@@ -213,16 +213,29 @@ func TestRemeasure(t *testing.T) {
 		{"alert never fired", func(o *Outcome) { o.Alert = Alert{} }, nil},
 	}
 	for _, c := range cases {
-		if got := Remeasure(judge(c.spoil)); !slices.Equal(got, c.want) {
-			t.Errorf("%s: Remeasure = %q, want %q", c.name, got, c.want)
+		// The in-flight row measures a timed miss again.
+		if got := Remeasure(judge(Inflight, c.spoil)); !slices.Equal(got, c.want) {
+			t.Errorf("inflight, %s: Remeasure = %q, want %q", c.name, got, c.want)
+		}
+		// An adaptive row is measured once: its misses fail it, and nothing is measured again.
+		checks := judge(Adaptive, c.spoil)
+		if got := Remeasure(checks); got != nil {
+			t.Errorf("adaptive, %s: Remeasure = %q, want nothing", c.name, got)
+		}
+		if got, want := Failed(checks), Failed(judge(Inflight, c.spoil)); !slices.Equal(got, want) {
+			t.Errorf("adaptive, %s: failed %q, the in-flight row %q", c.name, got, want)
 		}
 	}
-	// gRPC and Envoy rows keep Judge's timed checks.
+	// gRPC and Envoy rows keep Judge's checks: timed for a fixed limit, once for an adaptive one.
 	u, s := grpcRuns()
 	s.GoodputRatio = f(0.7)
-	o := Outcome{Strategy: GRPCPrefix + Adaptive, Unloaded: u, Overload: s, Alert: fired()}
+	o := Outcome{Strategy: GRPCPrefix + Inflight, Unloaded: u, Overload: s, Alert: fired()}
 	if got := Remeasure(JudgeGRPC(o, DefaultLimits())); !slices.Equal(got, []string{"goodput >= 0.8 of capacity"}) {
-		t.Errorf("gRPC row: Remeasure = %q", got)
+		t.Errorf("gRPC in-flight row: Remeasure = %q", got)
+	}
+	o.Strategy = GRPCPrefix + Adaptive
+	if checks := JudgeGRPC(o, DefaultLimits()); Remeasure(checks) != nil || !slices.Contains(Failed(checks), "goodput >= 0.8 of capacity") {
+		t.Errorf("gRPC adaptive row: Remeasure = %q, failed %q", Remeasure(checks), Failed(checks))
 	}
 }
 
