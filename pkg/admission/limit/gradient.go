@@ -190,6 +190,12 @@ type gradient struct {
 	// do the same for the windows that judge a probe.
 	restSum, probeSum float64
 	restN, probeN     int
+	// restAt is the limit the rest's windows ran under: a mean served under another limit is
+	// no baseline for a step from this one (a rest at 8 before a backend's service time
+	// doubled, kept through the drains to 1 that followed, judged the first step from 1 to 2
+	// unused against 8 served, and the limit rested at 1 of 8 workers for 30 s; in the
+	// closed-loop model of model_test.go).
+	restAt float64
 	// knee is where the last failed step up landed (0: unknown); back: a drain landed below
 	// it and the limit returns to it after a window; returned: it just did.
 	knee           float64
@@ -315,7 +321,6 @@ func (g *gradient) Update(limit float64, w Window) float64 {
 	g.returned = false
 	if !precise {
 		g.hold, g.probing, g.rested, g.back, g.knee = 0, false, false, false, 0
-		g.restSum, g.restN = 0, 0
 	}
 	excess := rtt/minRTT - 1
 	drained := g.drained
@@ -337,7 +342,6 @@ func (g *gradient) Update(limit float64, w Window) float64 {
 		// floor, a whole estimator's memory long; this latency is the no-load one instead.
 		g.base, g.age = math.Min(rtt, baseMax*est), 0
 		g.hold, g.probing, g.rested, g.back = 0, false, false, false
-		g.restSum, g.restN = 0, 0
 		return limit
 	}
 	if g.c.Drain && grad < 1 {
@@ -386,12 +390,7 @@ func (g *gradient) Update(limit float64, w Window) float64 {
 			// resting.)
 			return g.landed(next, limit, returned, math.Round(served) < limit)
 		}
-		// The rest is over, and its mean with it: it was served at another limit (a rest at 8
-		// before a backend's service time doubled, kept through the drains to 1 that followed,
-		// judged the first step from 1 to 2 unused against 8 served, and the limit rested at 1
-		// of 8 workers for 30 s).
 		g.hold, g.probing, g.rested = 0, false, false
-		g.restSum, g.restN = 0, 0
 		if returned {
 			g.knee, g.back = 0, false
 		}
@@ -403,6 +402,9 @@ func (g *gradient) Update(limit float64, w Window) float64 {
 		g.hold--
 		g.rested = !g.probing
 		if served, ok := w.served(est); ok && g.rested && prev == limit {
+			if g.restAt != limit {
+				g.restSum, g.restN, g.restAt = 0, 0, limit
+			}
 			g.restSum += served
 			g.restN++
 		}
@@ -473,7 +475,7 @@ func (g *gradient) Update(limit float64, w Window) float64 {
 		// window after it before taking the next, against what was served before it.
 		g.hold, g.probing, g.from, g.to, g.before = 1, true, limit, next, 0
 		g.probeSum, g.probeN = 0, 0
-		if g.restN >= minRestWindows {
+		if g.restN >= minRestWindows && g.restAt == limit {
 			// The rest's mean: one window's completions wander by about as much as the step.
 			g.before = g.restSum / float64(g.restN)
 		} else if served, ok := w.served(est); ok {
