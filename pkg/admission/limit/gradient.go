@@ -123,8 +123,8 @@ type Gradient struct {
 // DefaultGradient returns the sidecar defaults: buffer 5% plus three times the medians' noise,
 // rest 50 windows at the knee, probe at most every 300 (issue 35; before it, buffer 25% with no
 // noise term and no rest). Together with the adaptive queue's lead and short wait they hold a
-// constant-time backend's limit on its workers and the admitted p99 at 1.1-1.25x the unloaded
-// one, where the 25% buffer reached 1.7-2x, at 1.0-1.006x the goodput of Envoy's
+// constant-time backend's limit on its workers and the admitted p99 at 1.08-1.1x the unloaded
+// one, where the 25% buffer reached 1.7-2x, at 0.996-1.008x the goodput of Envoy's
 // adaptive_concurrency; a backend whose service time spreads keeps one request waiting inside
 // it, and less of a queue than Envoy's (docs/benchmarks.md, "The adaptive tail").
 func DefaultGradient() Gradient {
