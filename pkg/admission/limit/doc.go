@@ -50,8 +50,11 @@
 //	gradient2  dropBackoff         1 (ignored)          0.9            an overloaded backend may refuse fast
 //	gradient   sqrtHeadroom        1                    0              1.25W + sqrt is +65% latency on 8
 //	                                                                   workers, and a queue that never empties
-//	gradient   headroom            0                    0.5            cross the 25% allowance every few windows
+//	gradient   headroom            0                    0.5            cross the allowance every few windows
 //	                                                                   and drain, rather than rest on it
+//	gradient   buffer/noiseBuffer  0.25 / 0             0.05 / 3       25% is a standing queue of W/4; the
+//	                                                                   wait queue's lead keeps W busy instead
+//	gradient   hold / holdMax      none                 50 / 300       rest at the knee, probe above it rarely
 //	gradient   drain               off                  on             decrease to L x MinRTT/RTT, not to the
 //	                                                                   allowance: empties the queue
 //	gradient   holdWhenAppLimited  off                  on             Envoy doubles an untested limit
@@ -65,7 +68,8 @@
 //
 // One departure sits outside the algorithms, in the limiter that enforces them
 // (admission.AdaptiveConfig): a short wait queue in front of the limit, up to half the limit deep,
-// each wait at most a quarter of MinRTT, newest first. Envoy's filter has no queue and keeps a
+// each wait at most a tenth of MinRTT (config default), newest first, handing a slot over 2 ms
+// before it frees (at most a twentieth of the latency). Envoy's filter has no queue and keeps a
 // sqrt(limit) headroom inside the backend instead; the sidecar keeps its limit at the backend's
 // concurrency (above) and the queue hands a freed slot to a waiter at once, so a worker does not
 // idle from a completion to the next arrival. Measured against Envoy in the bench's adaptive
