@@ -70,8 +70,10 @@ type AdaptiveConfig struct {
 	// The borrower's latency sample is counted from its lender's release (shortened by at most
 	// the lead in effect): the wait inside the upstream the lead itself causes is not a queue the limit holds.
 	// It should cover the hop and the spread of finishes around the expected one: a sidecar's
-	// loopback hop and the two processes' wake-ups take some hundreds of microseconds, and a
-	// busy node's timers fire a few hundred late. Zero: off.
+	// loopback hop and the two processes' wake-ups take some hundreds of microseconds, and
+	// timers fire up to a millisecond late (Go rounds a timer's wait up to whole
+	// milliseconds; a wake-up that comes late still hands the slot to the waiters that were
+	// waiting when it became lendable). Zero: off.
 	Lead       time.Duration
 	Priorities PriorityConfig
 }
