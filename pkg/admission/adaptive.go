@@ -72,8 +72,7 @@ type AdaptiveConfig struct {
 	// It should cover the hop and the spread of finishes around the expected one: a sidecar's
 	// loopback hop and the two processes' wake-ups take some hundreds of microseconds, and
 	// timers fire up to a millisecond late (Go rounds a timer's wait up to whole
-	// milliseconds; a wake-up that comes late still hands the slot to the waiters that were
-	// waiting when it became lendable). Zero: off.
+	// milliseconds), so the lead in effect is often shorter than the one set. Zero: off.
 	Lead       time.Duration
 	Priorities PriorityConfig
 }

@@ -833,52 +833,6 @@ func TestAdaptiveLeadLendsASlotAboutToFree(t *testing.T) {
 	core.Release(slow.Add(20*time.Millisecond), w3, admission.Success, &ev)
 }
 
-// A wake-up that comes late (Go rounds a timer's wait up to whole milliseconds), or an arrival
-// before it, still hands a slot that became lendable to the waiters that were waiting then: the
-// one whose bound passed after the slot became lendable takes it, the one whose bound passed
-// before is refused, and a newcomer waits behind.
-func TestAdaptiveLeadLateWakeUpLendsToTheWaiterStillWaitingThen(t *testing.T) {
-	const ms = time.Millisecond
-	for _, by := range []string{"wake-up", "arrival"} {
-		core := must(admission.NewAdaptive(admission.AdaptiveConfig{
-			Algorithm:    &recorder{next: func(cur float64, w limit.Window) float64 { return cur }},
-			InitialLimit: 1, MinLimit: 1, MaxLimit: 1, Window: 100 * ms, MinSamples: 1,
-			QueueDepth: 8, MaxWait: 2 * ms, Lead: ms,
-		}))
-		var ev admission.Events
-		offer := offerer(core, &ev)
-		drive(core, t0, 1, 20*ms, admission.Success)
-		drive(core, t0.Add(100*ms), 1, 20*ms, admission.Success)
-		at := t0.Add(time.Second)
-		a := offer(at)
-		gone := offer(at.Add(16500 * time.Microsecond))  // its bound, 18.5 ms, passes before the lead
-		still := offer(at.Add(17500 * time.Microsecond)) // its bound, 19.5 ms, after the lead began
-		if w := core.Wake(); !w.Equal(at.Add(18500 * time.Microsecond)) {
-			t.Fatalf("%s: Wake at %v, want 18.5ms (the first bound)", by, w.Sub(at))
-		}
-		// The wake-ups due at 18.5 ms and at 19 ms (the lead) come at 19.9 ms, or a request
-		// arrives before them.
-		late := at.Add(19900 * time.Microsecond)
-		var newcomer *admission.Ticket
-		if by == "wake-up" {
-			core.Advance(late, &ev)
-		} else {
-			newcomer = offer(late)
-		}
-		if gone.State() != admission.Refused || gone.Err.Reason != admission.ReasonQueueTimeout {
-			t.Fatalf("%s: waiter whose bound passed first: %v %+v, want a queue timeout", by, gone.State(), gone.Err)
-		}
-		if still.State() != admission.Admitted {
-			t.Fatalf("%s: waiter still waiting when the slot became lendable at 19ms: %v %+v, want admitted on the lent slot", by, still.State(), still.Err)
-		}
-		if newcomer != nil && newcomer.State() != admission.Pending {
-			t.Fatalf("%s: newcomer %v, want pending behind the lent slot", by, newcomer.State())
-		}
-		core.Release(at.Add(20*ms), a, admission.Success, &ev)
-		core.Release(at.Add(40*ms), still, admission.Success, &ev)
-	}
-}
-
 // offerer returns a function that offers a fresh ticket on core at a time and returns it.
 func offerer(core admission.Core, ev *admission.Events) func(time.Time) *admission.Ticket {
 	return func(now time.Time) *admission.Ticket {

@@ -326,7 +326,7 @@ func (s *semaphore) lend(now time.Time, need int64, mark bool) (time.Time, int64
 	var last time.Time
 	i := 0
 	for t := s.flightHead; t != nil && i < maxLeadScan && n < room && (!mark || n < need); t, i = t.next, i+1 {
-		if !lendable(t, now, m, lead) || n+t.cost > room {
+		if t.lent || t.finish.Sub(now) > lead || now.Sub(t.finish) > m || n+t.cost > room {
 			continue
 		}
 		n += t.cost
@@ -359,28 +359,6 @@ func (s *semaphore) leadReady(now time.Time) time.Time {
 	return next
 }
 
-// lendOpened is when the earliest slot that may be lent at now became lendable (its request's
-// expected finish less the lead), or zero when none may be lent.
-func (s *semaphore) lendOpened(now time.Time) time.Time {
-	m, lead := s.leadSpan()
-	if m <= 0 || s.lentOut >= s.lendRoom() {
-		return time.Time{}
-	}
-	var at time.Time
-	for t, i := s.flightHead, 0; t != nil && i < maxLeadScan; t, i = t.next, i+1 {
-		if lendable(t, now, m, lead) {
-			at = earliest(at, t.finish.Add(-lead))
-		}
-	}
-	return at
-}
-
-// lendable reports whether the request in flight t may lend its slot at now: it has not lent
-// yet, is expected to finish within the lead, and is not overdue by more than the latency m.
-func lendable(t *Ticket, now time.Time, m, lead time.Duration) bool {
-	return !t.lent && t.finish.Sub(now) <= lead && now.Sub(t.finish) <= m
-}
-
 // lendRoom is the most cost that may be lent at once: an eighth of the permits, at least one.
 func (s *semaphore) lendRoom() int64 { return max(s.permits()/8, 1) }
 
@@ -411,11 +389,6 @@ func (s *semaphore) Offer(now time.Time, t *Ticket, ev *Events) Verdict {
 		return Refused
 	}
 	s.accrue(now)
-	if s.q.len() > 0 {
-		// What fell due before this arrival (a wake-up not yet run) is done first, so that the
-		// waiters it concerns are served or refused before the newcomer is placed.
-		s.due(now, ev)
-	}
 	t.cost = min(t.Req.cost(), s.permits())
 	if s.adapt != nil && s.inUse+t.cost > s.allowed() && s.q.len() == 0 {
 		// Slow start: grow on demand rather than shed while the limit is still being found.
@@ -600,19 +573,6 @@ func (s *semaphore) Cancel(now time.Time, t *Ticket, ev *Events) {
 
 func (s *semaphore) Advance(now time.Time, ev *Events) {
 	s.accrue(now)
-	s.due(now, ev)
-}
-
-// due does what fell due by now in the order it fell due: a slot that became lendable goes to
-// the waiters still waiting then, before the bounds that passed since apply (the wake-up for it
-// may come up to a millisecond late: Go rounds a timer's wait up to whole milliseconds, and
-// without this a late one refused the waiter the lead was for and idled the slot); then the
-// waiters past their bounds leave, and what fits now is admitted.
-func (s *semaphore) due(now time.Time, ev *Events) {
-	if at := s.lendOpened(now); !at.IsZero() && s.q.len() > 0 {
-		s.q.expire(at, s.name, ev)
-		s.grant(now, ev)
-	}
 	s.q.expire(now, s.name, ev)
 	s.grant(now, ev)
 }
