@@ -18,8 +18,8 @@ import (
 // startGRPC starts the backend with its gRPC port and the proxy in front of it, the proxy in its
 // own process, as in a pod: at 2000 calls/s the load generator's grpc-go goroutines and garbage,
 // in the test's process, delayed the proxy's own timing enough that the adaptive limit read a
-// slower upstream and settled a worker or two low (8 workers: 7 or 6 in 4 of 11 runs in process
-// on a busy day, goodput 0.81-0.86 of capacity; out of process 0.94-0.95 at 8).
+// slower upstream and settled a worker or two low (8 workers: 7 or 6 in 5 of 14 measurements in
+// process on a busy day, goodput 0.77-0.86 of capacity; out of process 0.94-0.97 at 8 or 9).
 func startGRPC(t *testing.T, c Capacity, admission string) *Env {
 	t.Helper()
 	e, err := Start(Setup{Workers: c.Workers, Service: Constant(c.Service), Admission: policy(t, admission), GRPC: true, ProxyBinary: proxyBinary})
