@@ -41,6 +41,10 @@
 //	                    Services, each behind its sidecar with an in-flight limit, Poisson user
 //	                    requests at 2x from loadshed's loadgen; cohorts off, then on after a helm
 //	                    upgrade): 1 (default) after the quota rows, 0 none, only nothing else
+//	E2E_STEAL           stall the kind node through each strategy row's unloaded and overload
+//	                    runs, as a busy hypervisor's steal time stalls a virtual machine (its
+//	                    cgroup frozen in random spells; root and a cgroup freezer needed): 1 for
+//	                    frozen=3ms,thawed=30ms,long=40ms,every=3s, or those keys; 0 or unset: none
 //	E2E_KEEP_CLUSTER    1 keeps the cluster after the run (for debugging)
 //	LOADSHED_CACHE      tool cache (default ~/.cache/loadshed)
 package e2e

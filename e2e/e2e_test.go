@@ -48,10 +48,11 @@ type settings struct {
 	strategies                 []string
 	overload, unloaded, steady time.Duration
 	keep                       bool
-	quota                      switchMode // E2E_QUOTA (quota_test.go)
-	envoy                      switchMode // E2E_ENVOY (envoy_test.go)
-	inject                     switchMode // E2E_INJECT (inject_test.go)
-	cohorts                    switchMode // E2E_COHORTS (fanout_test.go)
+	quota                      switchMode    // E2E_QUOTA (quota_test.go)
+	envoy                      switchMode    // E2E_ENVOY (envoy_test.go)
+	inject                     switchMode    // E2E_INJECT (inject_test.go)
+	cohorts                    switchMode    // E2E_COHORTS (fanout_test.go)
+	steal                      cluster.Steal // E2E_STEAL: the node stalled through each strategy row's measurement
 }
 
 func loadSettings(t *testing.T) settings {
@@ -80,6 +81,11 @@ func loadSettings(t *testing.T) settings {
 		inject:     switchSetting(t, "E2E_INJECT"),
 		cohorts:    switchSetting(t, "E2E_COHORTS"),
 	}
+	steal, err := cluster.ParseSteal(os.Getenv("E2E_STEAL"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.steal = steal
 	if !filepath.IsAbs(s.artifacts) {
 		s.artifacts = filepath.Join(root, s.artifacts)
 	}
@@ -366,6 +372,9 @@ func (s *suite) prerequisites(ctx context.Context) error {
 		}
 	}
 	s.res.NodeImage = s.nodeImage
+	if !s.steal.IsZero() {
+		s.res.Steal = s.steal.String()
+	}
 	if s.nodeImage == "" {
 		s.res.NodeImage = "kind's default"
 	}
@@ -728,6 +737,25 @@ func (s *suite) measure(ctx context.Context, r row, attempt int) (criteria.Outco
 	if err := s.installRow(ctx, r); err != nil {
 		return o, time.Time{}, err
 	}
+	// E2E_STEAL: the node stalls from here until the overload's k6 job is done, the unloaded
+	// run included, so that the row's latency bound (a multiple of its unloaded p99) is taken
+	// under the same stalls. Nothing in between runs docker exec, which a frozen node refuses.
+	unsteal := func() {}
+	if !s.steal.IsZero() {
+		stop, err := s.steal.Start(ctx, "docker", s.cluster+"-control-plane", uint64(len(rel)+attempt))
+		if err != nil {
+			return o, time.Time{}, err
+		}
+		unsteal = func() {
+			share, err := stop()
+			if err != nil {
+				s.logf("%s: E2E_STEAL: %v", strategy, err)
+			}
+			s.logf("%s: the node was frozen %.1f%% of the measurement (E2E_STEAL=%s)", strategy, share*100, s.steal)
+			unsteal = func() {}
+		}
+	}
+	defer func() { unsteal() }()
 	unloaded, _, err := s.k6(ctx, rel+"-unloaded"+suffix, rel, r.unloaded.name, unloadedK, s.unloaded, r.unloaded.env...)
 	if err != nil {
 		return o, time.Time{}, err
@@ -766,6 +794,7 @@ func (s *suite) measure(ctx context.Context, r row, attempt int) (criteria.Outco
 	for n := 0; ; n++ {
 		select {
 		case r := <-done:
+			unsteal()
 			if r.err != nil {
 				return o, time.Time{}, r.err
 			}

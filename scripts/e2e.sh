@@ -19,6 +19,8 @@
 #   E2E_ENVOY         the Envoy row (Envoy in the pod, loadshed its ext_proc server): 1 (default), 0, only
 #   E2E_INJECT        the injection rows (webhook, inject | kubectl apply): 1 (default), 0, only
 #   E2E_COHORTS       the fan-out row (a frontend and four services, cohorts off then on): 1 (default), 0, only
+#   E2E_STEAL         1 stalls the node through each strategy row's measurement, as a slow day's
+#                     steal time does (e2e/doc.go); default none
 #   E2E_TIMEOUT       go test timeout (default 40m)
 #   E2E_KEEP_CLUSTER  1 keeps the cluster for debugging (delete it with kind delete cluster --name ...)
 #   LOADSHED_CACHE    tool cache (default ~/.cache/loadshed)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -188,6 +189,8 @@ type scenarioFlags struct {
 	slo             time.Duration
 	seed            uint64
 	hop             string
+	node            string
+	warmup          time.Duration
 }
 
 func (f *scenarioFlags) register(fs *flag.FlagSet, timeout, slo time.Duration) {
@@ -205,6 +208,8 @@ func (f *scenarioFlags) register(fs *flag.FlagSet, timeout, slo time.Duration) {
 	fs.BoolVar(&f.honorRetryAfter, "honor-retry-after", false, "wait at least the Retry-After of a refusal")
 	fs.DurationVar(&f.slo, "slo", slo, "a success within this much of a request's first attempt counts as goodput (0 = every success)")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of Poisson arrivals, service times, hops and jitter")
+	fs.StringVar(&f.node, "node", "quiet", "how busy the node is: quiet, busy (medians like a loaded two-core kind node's), or spread=0.04[,epoch=100ms][,stall=0.02][,stallFactor=1.8]: every service time and hop that starts in an epoch is stretched by 1 + spread x |N(0,1)|, or by stallFactor when the epoch stalls")
+	fs.DurationVar(&f.warmup, "warmup", 0, "leave the requests arriving in this first stretch (whole seconds) out of the latency percentiles")
 	fs.StringVar(&f.hop, "hop", "none", "what each admitted request pays on the way through the proxy to the backend and back: none, 1.2ms (path=1.2ms), path=1.2ms,worker=1ms, or file=hop.csv,worker=1ms (lab calibrate measures it)")
 }
 
@@ -217,7 +222,12 @@ func (f *scenarioFlags) scenario() (lab.Scenario, error) {
 	if err != nil {
 		return lab.Scenario{}, fmt.Errorf("--hop: %w", err)
 	}
+	node, err := lab.ParseNode(f.node)
+	if err != nil {
+		return lab.Scenario{}, fmt.Errorf("--node: %w", err)
+	}
 	sc := lab.Scenario{
+		Node: node, Warmup: f.warmup,
 		Hop: hop, Service: svc, Servers: f.servers, UpstreamTimeout: f.upstreamTimeout, SLO: f.slo, Seed: f.seed,
 		Client: lab.Client{
 			Timeout: f.timeout, PropagateDeadline: f.propagate,
@@ -384,8 +394,8 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		results = append(results, lab.Named{Strategy: s.Name, Result: r})
 	}
-	fmt.Fprintf(stdout, "Arrivals: %s. %s, %s. Client timeout: %s, retries: %d.%s\n\n",
-		sc.Arrivals, describeService(c.sf.service), describeServers(sc.Servers), describeTimeout(sc.Client.Timeout), sc.Client.Retry.Max, describeHop(sc))
+	fmt.Fprintf(stdout, "Arrivals: %s. %s, %s. Client timeout: %s, retries: %d.%s%s\n\n",
+		sc.Arrivals, describeService(c.sf.service), describeServers(sc.Servers), describeTimeout(sc.Client.Timeout), sc.Client.Retry.Max, describeHop(sc), describeNode(sc))
 	return report(*c.out, "run", results, true, *c.noCharts, stdout, stderr)
 }
 
@@ -401,6 +411,18 @@ func describeHop(sc lab.Scenario) string {
 		s += fmt.Sprintf(" (effective capacity %.1f rps)", c)
 	}
 	return s + "."
+}
+
+// describeNode is a sentence on a busy node and a warm-up, empty for a quiet node without one.
+func describeNode(sc lab.Scenario) string {
+	s := ""
+	if !sc.Node.IsZero() {
+		s += " Node: " + sc.Node.String() + "."
+	}
+	if sc.Warmup > 0 {
+		s += fmt.Sprintf(" Latency percentiles leave out the first %s.", sc.Warmup)
+	}
+	return s
 }
 
 func describeServers(n int) string {
@@ -456,8 +478,8 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "Capacity %.1f rps (%s, %s); SLO %s; client timeout %s.%s\n\n", capRPS, describeService(c.sf.service),
-		describeServers(sc.Servers), describeTimeout(sc.SLO), describeTimeout(sc.Client.Timeout), describeHop(sc))
+	fmt.Fprintf(stdout, "Capacity %.1f rps (%s, %s); SLO %s; client timeout %s.%s%s\n\n", capRPS, describeService(c.sf.service),
+		describeServers(sc.Servers), describeTimeout(sc.SLO), describeTimeout(sc.Client.Timeout), describeHop(sc), describeNode(sc))
 	if err := writeSweepTable(stdout, points); err != nil {
 		return err
 	}
@@ -553,6 +575,11 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	sc, strategies, err := c.setup(args)
 	if err != nil {
 		return err
+	}
+	if !sc.Node.IsZero() {
+		// The live half runs on this machine as it is: a modelled busy node would compare the
+		// lab with something it is not.
+		return cli.UsageError{Err: errors.New("--node: compare's live half runs on this machine as it is; model a busy node with run or sweep")}
 	}
 	cfg := lab.CompareConfig{Capacity: *capacity, Load: *load, Duration: *duration}
 	if *loadList != "" {

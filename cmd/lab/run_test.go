@@ -170,6 +170,10 @@ func TestBadInvocations(t *testing.T) {
 		{[]string{"sweep", "--servers", "0"}, "capacity"},
 		{[]string{"backpressure", "--bogus"}, "flag provided but not defined"},
 		{[]string{"run", "--hop", "soon"}, "--hop"},
+		{[]string{"run", "--node", "spread=x"}, "--node"},
+		{[]string{"run", "--node", "stall=2"}, "node.stall"},
+		{[]string{"run", "--duration", "5s", "--warmup", "5s"}, "warmup"},
+		{[]string{"compare", "--lab-only", "--node", "busy"}, "--node"},
 		{[]string{"compare", "--lab-only", "--hop", "path=1ms,file=x.csv"}, "give one"},
 		{[]string{"compare", "--lab-only", "--matrix", "--strategy", "none"}, "drop --strategy"},
 		{[]string{"compare", "--lab-only", "--loads", "2,x"}, "--loads"},
@@ -207,5 +211,48 @@ func TestDefaultStrategiesAreDocumented(t *testing.T) {
 	want := "Without `--strategy` the lab runs " + strings.Join(scenarioSized[:last], ", ") + " and " + scenarioSized[last] + " sized"
 	if !strings.Contains(strings.Join(strings.Fields(string(doc)), " "), want) {
 		t.Errorf("docs/lab.md does not say %q", want)
+	}
+}
+
+// TestRunOnABusyNode: --node stretches the service and says so; the same seed gives the same
+// run, and a busy node's run differs from a quiet one's.
+func TestRunOnABusyNode(t *testing.T) {
+	args := func(node string) []string {
+		return []string{"run", "--strategy", "{strategy: inflight, inflight: {limit: 4}}", "--arrivals", "poisson:rate=150",
+			"--duration", "5s", "--service", "constant:20ms", "--servers", "4", "--node", node, "--warmup", "1s", "--no-charts", "--quiet",
+			"--out", t.TempDir()}
+	}
+	quiet, _, err := runLab(t, args("quiet")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy, _, err := runLab(t, args("spread=0.5,stall=0.2,stallFactor=3")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, _, err := runLab(t, args("spread=0.5,stall=0.2,stallFactor=3")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := func(out string) string {
+		for _, l := range strings.Split(out, "\n") {
+			if strings.HasPrefix(l, "| inflight |") {
+				return l
+			}
+		}
+		t.Fatalf("no inflight row:\n%s", out)
+		return ""
+	}
+	if !strings.Contains(busy, "Node: spread=0.5,epoch=100ms,stall=0.2,stallFactor=3.") || !strings.Contains(busy, "leave out the first 1s") {
+		t.Errorf("the busy run does not describe its node and warm-up:\n%s", busy)
+	}
+	if strings.Contains(quiet, "Node:") {
+		t.Errorf("a quiet run names a node:\n%s", quiet)
+	}
+	if row(busy) != row(again) {
+		t.Errorf("the same seed gave two runs:\n%s\n%s", row(busy), row(again))
+	}
+	if row(busy) == row(quiet) {
+		t.Errorf("a busy node changed nothing: %s", row(busy))
 	}
 }

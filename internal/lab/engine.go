@@ -88,6 +88,7 @@ type sim struct {
 	fresh     int // fresh arrivals taken from the stream
 	svc       *slowtail.Sampler
 	hop       *hopSampler
+	node      *nodeClock
 	speed     float64
 	jitter    *rand.Rand
 	busy      int
@@ -130,6 +131,7 @@ func Run(sc Scenario, st Strategy, opts RunOptions) (*Result, error) {
 		// turning jitter or a hop on does not change the service times.
 		svc:      slowtail.New(sc.Service, serviceSeed),
 		hop:      newHopSampler(sc.Hop.Path, sc.Seed),
+		node:     newNodeClock(sc.Node, sc.Seed),
 		speed:    1,
 		jitter:   rand.New(rand.NewPCG(sc.Seed, 0x7e7121e5)),
 		lastWake: -1,
@@ -137,7 +139,7 @@ func Run(sc Scenario, st Strategy, opts RunOptions) (*Result, error) {
 	if sc.Speed != 0 {
 		s.speed = sc.Speed
 	}
-	s.rec.init(sc.SLO)
+	s.rec.init(sc.SLO, sc.Warmup)
 	if err := s.loop(); err != nil {
 		return nil, fmt.Errorf("strategy %q: %w", st.Name, err)
 	}
@@ -262,7 +264,7 @@ func (s *sim) advanceTo(t int64) {
 		t = s.now
 	}
 	if sec(t) > sec(s.now) {
-		s.rec.crossSeconds(s.now, t, func(at int64) int64 { return s.core.Stats(s.abs(at)).Buffered }, int64(s.fifo.len()))
+		s.rec.crossSeconds(s.now, t, func(at int64) admission.Stats { return s.core.Stats(s.abs(at)) }, int64(s.fifo.len()))
 	}
 	s.now = t
 }
@@ -345,7 +347,7 @@ func (s *sim) admitted(id int32) {
 		s.schedule(s.now+int64(s.sc.UpstreamTimeout), evUpstreamTimeout, id)
 	}
 	if !s.sc.Hop.Path.IsZero() {
-		s.schedule(s.now+s.scaled(s.hop.sample()), evReachBackend, id)
+		s.schedule(s.now+s.slowed(s.scaled(s.hop.sample())), evReachBackend, id)
 		return
 	}
 	s.reachBackend(id)
@@ -362,7 +364,15 @@ func (s *sim) reachBackend(id int32) {
 
 func (s *sim) startService(id int32) {
 	s.busy++
-	s.schedule(s.now+s.scaled(s.svc.Sample()+s.sc.Hop.Worker), evComplete, id)
+	s.schedule(s.now+s.slowed(s.scaled(s.svc.Sample()+s.sc.Hop.Worker)), evComplete, id)
+}
+
+// slowed is d stretched by the node's slowdown at this moment.
+func (s *sim) slowed(d int64) int64 {
+	if f := s.node.factor(s.now); f != 1 {
+		return int64(float64(d) * f)
+	}
+	return d
 }
 
 // scaled is d at the scenario's speed.

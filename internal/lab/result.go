@@ -91,6 +91,9 @@ type Second struct {
 	Samples  int
 	// MaxBuffered is the most requests the strategy held at once during this second.
 	MaxBuffered int64
+	// Limit is the strategy's limit at the second's first instant (admission.Stats.Limit; 0
+	// for one without a limit, and for the first second).
+	Limit float64
 }
 
 // Percentile returns the nearest-rank percentile num/den (for example 99/100) of sorted values:
@@ -113,18 +116,22 @@ type secBucket struct {
 	completed, good                                   int64
 	lat                                               []time.Duration
 	maxBuffered                                       int64
+	limit                                             float64
 }
 
 // recorder accumulates a run's counts.
 type recorder struct {
 	slo      int64
+	warm     int // seconds whose arrivals the summary's percentiles leave out
 	secs     []secBucket
 	total    Summary
 	nLat     int
 	maxQueue int64
 }
 
-func (r *recorder) init(slo time.Duration) { r.slo = int64(slo) }
+func (r *recorder) init(slo, warmup time.Duration) {
+	r.slo, r.warm = int64(slo), int(warmup/time.Second)
+}
 
 func (r *recorder) at(t int64) *secBucket {
 	i := sec(t)
@@ -202,10 +209,12 @@ func (r *recorder) buffered(t, strategy, backendQueue int64) {
 // crossSeconds records, for every second that starts after from and at or before to, what the
 // strategy held at that second's first instant (nothing happens in between, so that is its
 // holding until the next event).
-func (r *recorder) crossSeconds(from, to int64, bufferedAt func(int64) int64, backendQueue int64) {
+func (r *recorder) crossSeconds(from, to int64, statsAt func(int64) admission.Stats, backendQueue int64) {
 	for k := sec(from) + 1; k <= sec(to); k++ {
 		start := int64(k) * int64(time.Second)
-		r.buffered(start, bufferedAt(start), backendQueue)
+		st := statsAt(start)
+		r.buffered(start, st.Buffered, backendQueue)
+		r.at(start).limit = st.Limit
 	}
 }
 
@@ -216,14 +225,16 @@ func (r *recorder) result(name string, span time.Duration, end int64) *Result {
 	for i := range r.secs {
 		b := &r.secs[i]
 		slices.Sort(b.lat)
-		all = append(all, b.lat...)
+		if i >= r.warm {
+			all = append(all, b.lat...)
+		}
 		res.Seconds[i] = Second{
 			Elapsed:  i + 1,
 			Incoming: b.incoming, Accepted: b.accepted, Rejected: b.rejected,
 			Abandoned: b.abandoned, Timeouts: b.timeouts,
 			Completed: b.completed, Good: b.good,
 			P50: Percentile(b.lat, 50, 100), P99: Percentile(b.lat, 99, 100), Samples: len(b.lat),
-			MaxBuffered: b.maxBuffered,
+			MaxBuffered: b.maxBuffered, Limit: b.limit,
 		}
 		r.total.MaxBuffered = max(r.total.MaxBuffered, b.maxBuffered)
 	}

@@ -53,6 +53,13 @@ type Scenario struct {
 	// service time, worker overhead and path hop is divided by it. A prediction's sensitivity to
 	// capacity is the same run at Speed 0.95 and 1.05.
 	Speed float64
+	// Warmup leaves the requests that arrive in the first Warmup (whole seconds) out of the
+	// summary's latency percentiles: a strategy that learns (the adaptive limit's slow start)
+	// is then judged where it settled. Counts and goodput still cover the whole run.
+	Warmup time.Duration
+	// Node slows service times and path hops down by moments, as other processes on a busy node
+	// do; the zero value is a quiet node.
+	Node Node
 }
 
 // Client models callers.
@@ -147,6 +154,10 @@ func (s Scenario) Validate() error {
 			bad("hop.path", "samples must be in [0, %s], got %s", MaxHop, d)
 			break
 		}
+	}
+	s.Node.validate(bad)
+	if s.Warmup < 0 || (s.Arrivals != nil && s.Warmup >= s.Arrivals.Span() && s.Warmup > 0) {
+		bad("warmup", "must be at least 0 and shorter than the arrivals' span, got %s", s.Warmup)
 	}
 	if s.Speed != 0 && !(s.Speed >= 0.1 && s.Speed <= 10) {
 		bad("speed", "must be in [0.1, 10] (or 0 for 1), got %v", s.Speed)

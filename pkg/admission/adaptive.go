@@ -267,7 +267,15 @@ func (c *controller) sample(now time.Time, rtt time.Duration, o Outcome, cur flo
 		if len(c.rtts) > 0 {
 			slices.Sort(c.rtts)
 			w.RTT = c.rtts[len(c.rtts)/2]
-			w.RTTNoise = c.noise.Observe(limit.MedianNoise(c.rtts))
+			noise := limit.MedianNoise(c.rtts)
+			if len(c.rtts) >= 4 {
+				// A window without spread below its median (a constant-time upstream) reads
+				// as no noise, and that counts: as an empty slot it left the estimate to the
+				// few windows that had some (a step's queue), and one of those made a
+				// constant-time upstream's medians look too noisy to rest at the knee.
+				noise = max(noise, 1)
+			}
+			w.RTTNoise = c.noise.Observe(noise)
 			var sum time.Duration
 			for _, r := range c.rtts {
 				sum += r

@@ -26,6 +26,8 @@ type Results struct {
 	Started   time.Time `json:"started"`
 	Cluster   string    `json:"cluster"`
 	NodeImage string    `json:"node_image"`
+	// Steal is the E2E_STEAL setting the strategy rows were measured under, empty for none.
+	Steal string `json:"steal,omitempty"`
 	// CapacityRPS, SLOMs, LoadFactor and DurationS describe the overload every strategy got.
 	CapacityRPS float64 `json:"capacity_rps"`
 	SLOMs       float64 `json:"slo_ms"`
@@ -133,6 +135,9 @@ func NewSteady(operation string, s *k6summary.Summary, checks []criteria.Check) 
 func (r *Results) Markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Produced by `%s` on %s (kind cluster, node image `%s`).\n\n", r.Command, r.Started.UTC().Format("2006-01-02"), r.NodeImage)
+	if r.Steal != "" {
+		fmt.Fprintf(&b, "The node was stalled through each strategy row's unloaded and overload runs (`E2E_STEAL=%s`): frozen in short random spells, as a busy hypervisor's steal time stalls a virtual machine.\n\n", r.Steal)
+	}
 	fmt.Fprintf(&b, "Backend capacity C = %g requests/s (4 workers x 20 ms), SLO %g ms; offered load %gx C = %g requests/s for %g s, from k6 in the cluster.\n\n",
 		r.CapacityRPS, r.SLOMs, r.LoadFactor, r.CapacityRPS*r.LoadFactor, r.DurationS)
 	b.WriteString("| strategy | goodput rps (of C) | admitted p50 / p99 ms | unloaded p99 ms | shed (429 / 503) | Retry-After | timeouts / errors | high-shed alert fired / resolved | CPU cores k6 / sidecar / app | verdict |\n")

@@ -618,6 +618,97 @@ func TestGradient(t *testing.T) {
 			{"the latency fell but is still over: drain on, to the served 6", q(30*ms, 30, 8), 6},
 		})
 	})
+	t.Run("the medians' wander from window to window widens the allowance", func(t *testing.T) {
+		// 8 workers x 20 ms resting at its knee on a busy node: the window medians wander by
+		// a few tenths of a millisecond with nothing queued (their own sampling error reads almost none:
+		// constant service). A window 7.5% slow, and a little short of completions, is that
+		// wander: it must not drain. Without the wander the same window drains.
+		at := func(rtt time.Duration, samples int) Window {
+			return Window{Samples: samples, RTT: rtt, MinRTT: m, MaxInFlight: 9, Backlog: 3, Duration: 100 * ms}
+		}
+		knee := Window{Samples: 40, RTT: 25 * ms, MinRTT: m, MaxInFlight: 10, Backlog: 3, Duration: 100 * ms}
+		wandering, steady := []step{{"the knee: land on the served 8", knee, 8}}, []step{{"the knee: land on the served 8", knee, 8}}
+		for i := range 24 {
+			rtt := []time.Duration{20 * ms, 20300 * time.Microsecond, 20100 * time.Microsecond, 20350 * time.Microsecond}[i%4]
+			wandering = append(wandering, step{fmt.Sprintf("rest %d, median %s", i+1, rtt), at(rtt, 40), 8})
+			steady = append(steady, step{fmt.Sprintf("rest %d", i+1), at(m, 40), 8})
+		}
+		slow := at(21500*time.Microsecond, 37)
+		wandering = append(wandering, step{"7.5% slow: within the wander, rest on", slow, 8})
+		steady = append(steady, step{"7.5% slow without wander: drain to 7", slow, 7})
+		a := newAlg(t, NewGradient, DefaultGradient())
+		runSteps(t, a, 10, wandering)
+		if s := a.(*gradient).wander.sigma(); !(s > 0.2e-3 && s < 0.33e-3) {
+			t.Errorf("the medians moved by 0.2-0.35 ms from window to window; the spread read is %v s", s)
+		}
+		runSteps(t, newAlg(t, NewGradient, DefaultGradient()), 10, steady)
+	})
+	t.Run("a stall during a rest is left out; a longer one drains, then the limit returns for what was left of the rest", func(t *testing.T) {
+		// Resting at 8 on 8 workers x 20 ms, the node stalls: the median triples and half the
+		// completions are missing. One or two such windows are left out: the rest goes on. A
+		// third is followed (a stall and a lost half of the workers read alike): the limit
+		// drains, rests a window there, returns to 8 and rests what was left of the rest, then
+		// probes.
+		a := newAlg(t, NewGradient, DefaultGradient())
+		h := DefaultGradient().Hold
+		clean := func(l float64) Window {
+			return Window{Samples: int(math.Min(l, 8) * 5), RTT: m, MinRTT: m, MaxInFlight: int(l) + 1, Backlog: 3, Duration: 100 * ms}
+		}
+		stall := Window{Samples: 20, RTT: 60 * ms, MinRTT: m, MaxInFlight: 9, Backlog: 3, Duration: 100 * ms}
+		steps := []step{{"the knee: land on the served 8", Window{Samples: 40, RTT: 25 * ms, MinRTT: m, MaxInFlight: 10, Backlog: 3, Duration: 100 * ms}, 8}}
+		rest := func(n int) {
+			for range n {
+				steps = append(steps, step{"rest", clean(8), 8})
+			}
+		}
+		rest(10)
+		steps = append(steps, step{"a stall: left out", stall, 8})
+		rest(5)
+		steps = append(steps, step{"a longer stall: left out", stall, 8}, step{"and again", stall, 8},
+			step{"a third window: drain to what was served, 4", stall, 4},
+			step{"rest a window", clean(4), 4},
+			step{"back to the rest's limit", clean(4), 8})
+		rest(h - 15)
+		steps = append(steps, step{"then the probe", clean(8), 9})
+		runSteps(t, a, 10, steps)
+	})
+	t.Run("a stalled window does not judge a probe", func(t *testing.T) {
+		// 4 workers x 40 ms, windows of 200 ms: a step from 3 to 4 served 4 in its first judged
+		// window; in the next the node stalled and completions fell to 10 (2.0 served, less
+		// than the 3 before the step, which a step that failed would still serve) with the
+		// median clean. Judged by it, the step looked unused, marked 3 as the knee and rested
+		// there for the doubled rest (a worker of four idle for 20 s).
+		a := newAlg(t, NewGradient, DefaultGradient())
+		a.(*gradient).ran = 3
+		const m = 40 * ms
+		at := func(n, inflight int) Window {
+			return Window{Samples: n, RTT: m, MinRTT: m, MaxInFlight: inflight, Blocked: 30, Duration: 200 * ms}
+		}
+		runSteps(t, a, 3, []step{
+			{"served 3 under 3: step to 4", at(15, 3), 4},
+			{"let it act", at(18, 5), 4},
+			{"served 4, over 3 + half the step: confirm", at(20, 5), 4},
+			{"served 2.0, a stall: not judged", at(10, 5), 4},
+			{"served 4 again: used, grow", at(20, 5), 5},
+		})
+	})
+	t.Run("a used step is not failed by a window of noise", func(t *testing.T) {
+		// 8 workers x 20 ms, a step from 7 to 8 after a rest: the upstream served 8, one more,
+		// and the window's median read 5.5% over the estimate, over the allowance (5%, the
+		// medians' own noise nil) but under what one request waiting per completion would add
+		// (an eighth). That is the node's noise, not the step's queue.
+		a := newAlg(t, NewGradient, DefaultGradient())
+		a.(*gradient).ran = 7
+		at := func(n int, rtt time.Duration) Window {
+			return Window{Samples: n, RTT: rtt, MinRTT: m, MaxInFlight: 9, Blocked: 100, Duration: 100 * ms}
+		}
+		runSteps(t, a, 7, []step{
+			{"served 7 under 7: step to 8", at(35, m), 8},
+			{"let it act", at(38, m), 8},
+			{"served 8, the median 5.5% over: used, confirm", at(40, 21100*time.Microsecond), 8},
+			{"and again: grow", at(40, m), 9},
+		})
+	})
 	t.Run("sidecar (25% buffer, no rest) drain floored at what the window served", func(t *testing.T) {
 		a := newAlg(t, NewGradient, bufferGradient())
 		// Recorded at 3x on 8 workers x 20 ms: the limit had reached 13, the window's median

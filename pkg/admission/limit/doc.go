@@ -53,8 +53,11 @@
 //	gradient   headroom            0                    0.5            cross the allowance every few windows
 //	                                                                   and drain, rather than rest on it
 //	gradient   buffer/noiseBuffer  0.25 / 0             0.05 / 3       25% is a standing queue of W/4; the
-//	                                                                   wait queue's lead keeps W busy instead
-//	gradient   hold / holdMax      none                 50 / 300       rest at the knee, probe above it rarely
+//	                                                                   wait queue's lead keeps W busy instead;
+//	                                                                   the noise is the medians' own error or
+//	                                                                   their wander on a busy node, if larger
+//	gradient   hold / holdMax      none                 50 / 300       rest at the knee, probe above it rarely;
+//	                                                                   a stall is followed by a return to it
 //	gradient   drain               off                  on             decrease to L x MinRTT/RTT, not to the
 //	                                                                   allowance: empties the queue
 //	gradient   holdWhenAppLimited  off                  on             Envoy doubles an untested limit

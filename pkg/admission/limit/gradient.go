@@ -1,6 +1,9 @@
 package limit
 
-import "math"
+import (
+	"math"
+	"slices"
+)
 
 // Gradient tunes Envoy's adaptive-concurrency gradient controller.
 //
@@ -12,8 +15,14 @@ import "math"
 // Sidecar departures (FieldGradient keeps Envoy's values):
 //   - MinRTT comes from the probe-free estimator instead of Envoy's probe windows, which pin the
 //     limit at 3 until 50 samples arrive and shed traffic every interval.
-//   - SqrtHeadroom 1 -> 0, Headroom 0 -> 0.5. Buffer 25% -> 5% plus three times the window
-//     median's own sampling error when nothing queues (NoiseBuffer x Window.RTTNoise). In a
+//   - SqrtHeadroom 1 -> 0, Headroom 0 -> 0.5. Buffer 25% -> 5% plus three times the noise of
+//     a window median when nothing queues (NoiseBuffer x noise): the larger of its own sampling
+//     error (Window.RTTNoise) and how far medians wander from window to window on this node
+//     (the spread read from consecutive windows under a steady whole limit the upstream served
+//     in full; see wander), at most a fifth of the no-load latency (noiseMax). The sampling
+//     error alone missed a busy node's noise: on a two-core kind node under load the medians
+//     of a 20 ms backend wandered 1-8% at a fixed limit, each such window drained the limit a
+//     whole request and the e2e's adaptive rows served 0.3-0.7 of capacity. In a
 //     saturated backend of W workers Envoy's limit settles at 1.25W + sqrt(1.25W): 13 on 8
 //     workers (+65% latency), 7 on 4 (+75%), always holding a queue inside the backend; a fixed
 //     25% buffer without the sqrt term still settles at 1.25 W, a standing queue of W/4. The
@@ -42,6 +51,17 @@ import "math"
 //     at 2x and 5x. A drain that lands below the knee rests one window and returns to it: one slow
 //     window (the node or the client stalled) is likelier than a drop in capacity, and if the
 //     return drains again the knee is forgotten.
+//   - A node that stalls (a window at twice the latency, serving half, then clean again) is
+//     no queue either, and a drain lowers no latency it causes. During a rest or a probe, a
+//     window that served less than three quarters of its limit with requests refused
+//     (stalled) is left out, up to two in a row, and joins no rest's mean; a third is
+//     followed. A drain that interrupts a rest at a whole limit takes that limit for the knee,
+//     so the limit returns to it after a window, and rests only what was left of the rest (a
+//     return that re-armed the whole rest held a stall's landing for as long as the next
+//     stall came within it); a return that drains again forgets it (a capacity drop). A step that the
+//     upstream used (served half the step more than before it) is not failed by a latency
+//     below one request queued per limit: that is noise, where a step above the knee adds at
+//     least a completion's spacing to every request.
 //   - A drain that did not lower the latency (with a rest, Hold > 0: the next two windows are as
 //     slow, at least 90% of the excess, and at most 25% over the estimate: a larger excess right
 //     after a drain, or one window of it, is the lag of a queue, the window after a drain timing
@@ -87,8 +107,10 @@ type Gradient struct {
 	// NoiseBuffer: a fixed 25% is the setpoint of a standing queue
 	// of a quarter of the backend's workers, which the wait queue and its lead make unnecessary).
 	Buffer float64 `yaml:"buffer" json:"buffer"`
-	// NoiseBuffer widens the allowance by this many times the window median's sampling error
-	// (Window.RTTNoise): MinRTT x (1+Buffer) + NoiseBuffer x RTTNoise. Field 0, sidecar 3.
+	// NoiseBuffer widens the allowance by this many times a window median's noise, the larger of
+	// its sampling error (Window.RTTNoise) and its wander from window to window:
+	// MinRTT x (1+Buffer) + NoiseBuffer x noise, the second term at most a fifth of MinRTT.
+	// Field 0, sidecar 3.
 	NoiseBuffer float64 `yaml:"noiseBuffer" json:"noiseBuffer"`
 	// MinGradient and MaxGradient clamp the gradient. Field and sidecar 0.5 and 2.
 	MinGradient float64 `yaml:"minGradient" json:"minGradient"`
@@ -190,6 +212,11 @@ type gradient struct {
 	// do the same for the windows that judge a probe.
 	restSum, probeSum float64
 	restN, probeN     int
+	// resume is the rest left when a drain interrupted it (0: none): what a return to the knee
+	// rests.
+	resume int
+	// stalls counts the stalled windows in a row left out of a rest or a probe.
+	stalls int
 	// restAt is the limit the rest's windows ran under: a mean served under another limit is
 	// no baseline for a step from this one (a rest at 8 before a backend's service time
 	// doubled, kept through the drains to 1 that followed, judged the first step from 1 to 2
@@ -202,11 +229,106 @@ type gradient struct {
 	back, returned bool
 	// kept: the last Update held a drain up at the spread floor (QueueKeeper).
 	kept bool
+	// wander: how far window medians move from one window to the next under a steady limit.
+	wander wander
+}
+
+// wanderPairs is how many consecutive pairs of window medians the wander estimate remembers,
+// and wanderMin how many it needs before it counts.
+const (
+	wanderPairs = 64
+	wanderMin   = 16
+)
+
+// wander estimates how much window medians wander from window to window with nothing changed:
+// the node's own noise (other processes on its cores, timer slack), which a window's sampling
+// error (Window.RTTNoise) does not see. It takes the change between consecutive window
+// medians run under the same limit, each at least the second window under it (the first
+// still times requests admitted under the limit before), and reads the spread of one median
+// from the median of those changes: a difference of two medians spread by sigma is spread by
+// sigma x sqrt 2, whose median magnitude is 0.954 sigma. A queue that stands under a steady
+// limit raises every median alike and reads as no wander; a stall now and then, or one hiccup
+// among the first pairs, moves a median of changes little (a high percentile of the first
+// few pairs read one hiccup as the node's noise, the limit stopped resting at the knee, and
+// with the limit no longer whole no pair came to correct it). Pairs are forgotten after
+// wanderStale windows without a new one.
+type wander struct {
+	last   float64 // the last window's median (seconds), 0 if the next pair does not count
+	at     float64 // the limit it ran under
+	steady int     // windows in a row under that limit
+	stale  int     // windows since the last pair
+	ring   [wanderPairs]float64
+	n, i   int
+	sorted []float64
+}
+
+// wanderStale is how many windows without a new pair make the wander estimate forget its
+// pairs: two rings' worth, 13 s at 100 ms windows.
+const wanderStale = 2 * wanderPairs
+
+// observe takes one window's median run under limit; clean is false for a window that may
+// have held a queue inside the upstream (it served less than its limit let in).
+func (v *wander) observe(limit, rtt float64, clean bool) {
+	if v.stale++; v.stale >= wanderStale {
+		v.n, v.i = 0, 0
+	}
+	if limit != v.at || !clean {
+		v.at, v.steady, v.last = limit, 1, 0
+		return
+	}
+	v.steady++
+	if v.steady >= 3 && v.last > 0 {
+		v.ring[v.i] = math.Abs(rtt - v.last)
+		v.i = (v.i + 1) % wanderPairs
+		v.n = min(v.n+1, wanderPairs)
+		v.stale = 0
+	}
+	v.last = rtt
+}
+
+// sigma is the spread of one window median (seconds), 0 until wanderMin pairs are known.
+func (v *wander) sigma() float64 {
+	if v.n < wanderMin {
+		return 0
+	}
+	v.sorted = append(v.sorted[:0], v.ring[:v.n]...)
+	slices.Sort(v.sorted)
+	return v.sorted[v.n/2] / 0.954
 }
 
 func (g *gradient) Name() string { return NameGradient }
 
 func (g *gradient) KeptQueue() bool { return g.kept }
+
+// stepUsed reports whether the step up being judged served at least half the step more than
+// before it, with a latency excess below one request queued per limit (what a step above the
+// upstream's workers adds to every request when the workers finish together: at least a
+// completion's spacing, S/W).
+func (g *gradient) stepUsed(w Window, est, limit, excess float64) bool {
+	served, ok := w.served(est)
+	step := limit - g.from
+	return ok && g.before > 0 && step > 0 && served >= g.before+step/2 && excess < step/limit
+}
+
+// resumed returns the rest a return to the knee takes: what was left of the rest a drain
+// interrupted, else a whole rest.
+func (g *gradient) resumed() int {
+	if r := g.resume; r > 0 {
+		g.resume = 0
+		return r
+	}
+	return g.rest
+}
+
+// maxStallSkips is how many stalled windows in a row (see stalled) a rest or a probe leaves out.
+const maxStallSkips = 2
+
+// stalled reports a window that served much less than its limit let in while requests found
+// the limit taken: completions stopped for part of it (a stalled node), or the upstream lost
+// capacity. Either way it is no reading of the knee.
+func stalled(w Window, served, limit float64) bool {
+	return w.demanded() && served < 0.75*math.Min(limit, float64(w.MaxInFlight))
+}
 
 // minRestWindows is how many windows of a rest make its mean the baseline a probe is judged
 // against, instead of the last window alone.
@@ -216,6 +338,12 @@ const minRestWindows = 4
 // multiple of the estimator's: at worst the limit then settles where the default buffer (25%)
 // puts it, until the learned latency expires.
 const baseMax = 1.25
+
+// noiseMax bounds the noise term of the allowance, as a share of the no-load latency: with
+// Buffer 5% the allowance is then at most the field's 25%, whose limit settles a quarter over
+// the upstream's workers. The window-to-window wander grows with a queue that comes and goes
+// (a limit far above the workers), so unbounded it would widen its own allowance.
+const noiseMax = 0.2
 
 // keptMax bounds the latency, as a multiple of the no-load estimate, of a window that the
 // spread floor held up and that is kept from the estimator: a queue the floor keeps reads less
@@ -263,8 +391,11 @@ func (g *gradient) landed(next, limit float64, returned, below bool) float64 {
 	case failed:
 		g.knee = next
 	case returned:
-		// Back at the knee, the latency rose again: the knee has moved down.
+		// Back at the knee, the latency rose again: the knee has moved down, or the node
+		// stalled again. Rest what was left of the rest, then probe.
 		g.knee = 0
+		g.hold = g.resumed()
+		return next
 	case next < g.knee:
 		// A drain below the knee a failed step found: one slow window (the node or the
 		// client stalled) is likelier than a drop in capacity, which the return to the knee
@@ -310,13 +441,43 @@ func (g *gradient) Update(limit float64, w Window) float64 {
 			minRTT = g.base
 		}
 	}
-	noise := g.c.NoiseBuffer * w.RTTNoise.Seconds()
+	// Only a whole limit the upstream served in full says how medians wander without a queue:
+	// above the upstream's workers the extra requests wait for the next completion, whose
+	// moment moves with the workers' phases, and a fractional limit comes and goes.
+	if served, ok := w.served(minRTT); ok {
+		g.wander.observe(limit, rtt, limit == math.Trunc(limit) && served >= limit-0.5)
+	}
+	noise := math.Min(g.c.NoiseBuffer*math.Max(w.RTTNoise.Seconds(), g.wander.sigma()), noiseMax*minRTT)
 	allowance := minRTT*(1+g.c.Buffer) + noise
 	grad := math.Min(math.Max(allowance/rtt, g.c.MinGradient), g.c.MaxGradient)
-	// Precise: the window medians are steady enough (their noise allowance within the buffer)
-	// to see a single request queued at the knee, so the limit can rest there (Hold). A spread
-	// service time hides that request in the noise; the limit then moves every window.
+	// Precise: the window medians are steady enough (their noise's allowance within the
+	// buffer) to see a single request queued at the knee, so the limit can rest there (Hold).
+	// A spread service time hides that request in the noise, and so does a busy node's wander;
+	// the limit then moves every window. (Judged by the medians' sampling error alone, a
+	// constant-time backend on a stalled kind node rested at a knee its noise had lowered: the
+	// e2e's adaptive row held 2 of 4 workers through the whole overload.)
 	precise := g.c.Hold > 0 && noise <= g.c.Buffer*minRTT
+	before := limit
+	if g.probing {
+		// A step judged is weighed against the limit before it: a failed step from 2 to 3 on
+		// 2 workers serves 2, two thirds of its limit, and that is the step's failure.
+		before = math.Min(limit, g.from)
+	}
+	if served, ok := w.served(est); ok && precise && (g.probing || g.hold > 0) && stalled(w, served, before) {
+		if g.stalls < maxStallSkips {
+			// The upstream served much less than the limit let in, with requests refused:
+			// completions stopped for part of the window (a stalled node reads twice the
+			// latency and serves half, or serves less with a clean median when the stall
+			// falls at the window's end). A step or a rest judged by it failed and marked a
+			// knee a worker or more low for the doubled rest; a drain lowers no latency a
+			// stall causes. Leave out up to maxStallSkips in a row; a third is followed (the
+			// upstream lost capacity).
+			g.stalls++
+			return limit
+		}
+	} else {
+		g.stalls = 0
+	}
 	returned := g.returned
 	g.returned = false
 	if !precise {
@@ -344,7 +505,27 @@ func (g *gradient) Update(limit float64, w Window) float64 {
 		g.hold, g.probing, g.rested, g.back = 0, false, false, false
 		return limit
 	}
+	if g.c.Drain && grad < 1 && precise && g.probing && g.stepUsed(w, est, limit, excess) {
+		// A step up that the upstream used (it served at least half the step more than before
+		// it) with less latency than one request waiting for every completion would add: no
+		// queue the step made, but the node's noise. Judge the step by what it served.
+		grad = 1
+	}
 	if g.c.Drain && grad < 1 {
+		if g.hold > 0 && !g.probing && !g.back {
+			// A drain interrupts a rest: a return to the knee rests only what was left of it,
+			// so that stalls every few seconds do not re-arm the rest for ever (a limit
+			// returned to a knee a stall had lowered it to, and rested there, four of eight
+			// workers, as long as the next stall came within the rest).
+			g.resume = g.hold
+		}
+		if precise && g.hold > 0 && !g.probing && !returned && limit == math.Trunc(limit) && limit > g.knee {
+			// The limit was resting, its latency clean, and the upstream at once got slower
+			// (a window of a stalled node reads twice the latency and serves half) or lost
+			// capacity. Both drain; the rest's limit is where the return goes, after a
+			// window, and a return that drains again forgets it (a capacity drop).
+			g.knee = limit
+		}
 		g.drained = excess
 		next := limit * math.Max(minRTT/rtt, g.c.MinGradient)
 		// The window's RTT lags the limit (it holds requests admitted under a higher one), so
@@ -393,6 +574,10 @@ func (g *gradient) Update(limit float64, w Window) float64 {
 		g.hold, g.probing, g.rested = 0, false, false
 		if returned {
 			g.knee, g.back = 0, false
+		} else if precise && next < g.knee {
+			// Below the knee without landing (the window served much less than it held: the
+			// node stalled): rest a window and return, as a landed drain does.
+			g.hold, g.back = 1, true
 		}
 		return next
 	}
@@ -401,7 +586,7 @@ func (g *gradient) Update(limit float64, w Window) float64 {
 		// for a while.
 		g.hold--
 		g.rested = !g.probing
-		if served, ok := w.served(est); ok && g.rested && prev == limit {
+		if served, ok := w.served(est); ok && g.rested && prev == limit && !stalled(w, served, limit) {
 			if g.restAt != limit {
 				g.restSum, g.restN, g.restAt = 0, 0, limit
 			}
@@ -443,7 +628,7 @@ func (g *gradient) Update(limit float64, w Window) float64 {
 		// A window after a drain below the knee: back to it, and rest there.
 		g.back = false
 		if g.knee > limit {
-			g.returned, g.hold = true, g.rest
+			g.returned, g.hold = true, g.resumed()
 			g.restSum, g.restN = 0, 0
 			return g.knee
 		}

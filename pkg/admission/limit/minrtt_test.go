@@ -1,6 +1,7 @@
 package limit
 
 import (
+	"math"
 	"testing"
 	"time"
 )
@@ -171,5 +172,50 @@ func TestMinRTTPeekRecordsNothing(t *testing.T) {
 	var nilM *MinRTT
 	if nilM.Peek(ms) != 0 {
 		t.Fatal("nil estimator must peek 0")
+	}
+}
+
+// TestWander: the spread of window medians is read only from consecutive windows run under the
+// same whole limit, each at least the second under it, whose upstream served what the limit let
+// in; a stall now and then leaves it, a steady queue is no wander at all.
+func TestWander(t *testing.T) {
+	var v wander
+	// Windows under a changing limit, or the first two under each, or that held a queue, teach
+	// nothing.
+	for i := range 40 {
+		v.observe(float64(4+i%2), 0.020+0.001*float64(i%2), true)
+		v.observe(6, 0.025+0.002*float64(i%3), false)
+	}
+	if v.n != 0 || v.sigma() != 0 {
+		t.Fatalf("no steady clean pair was given; read %d pairs, sigma %v", v.n, v.sigma())
+	}
+	// Under a steady 8: medians alternating 20.0 and 20.3 ms, and one stall of 40 ms in sixty.
+	for i := range 60 {
+		rtt := 0.020 + 0.0003*float64(i%2)
+		if i == 30 {
+			rtt = 0.040
+		}
+		v.observe(8, rtt, true)
+	}
+	if got := v.sigma(); math.Abs(got-0.0003/0.954) > 1e-6 {
+		t.Errorf("sigma %v, want the alternation's 0.3 ms / 0.954 = %v (the stall is two pairs of 58)", got, 0.0003/0.954)
+	}
+	// Windows without a pair (the limit no longer whole, a queue) for two rings' worth: the
+	// pairs are forgotten, so a spread read once does not hold the limit off the knee for ever.
+	for i := range wanderStale {
+		if v.observe(8.5, 0.020, false); i < wanderStale-1 && v.sigma() == 0 {
+			t.Fatalf("forgot the pairs after %d windows without one, want %d", i+1, wanderStale)
+		}
+	}
+	if v.sigma() != 0 {
+		t.Errorf("after %d windows without a pair sigma is still %v", wanderStale, v.sigma())
+	}
+	// A queue standing under a steady limit raises every median alike: no wander.
+	var q wander
+	for range 30 {
+		q.observe(9, 0.0225, true)
+	}
+	if q.sigma() != 0 {
+		t.Errorf("a steady median read as wander %v", q.sigma())
 	}
 }
