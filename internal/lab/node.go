@@ -88,24 +88,15 @@ func ParseNode(spec string) (Node, error) {
 		return Node{}, fmt.Errorf("node %q: %w", spec, err)
 	}
 	var n Node
-	num := func(key string, into *float64) error {
-		v, ok := kv[key]
-		if !ok {
-			return nil
-		}
-		f, err := strconv.ParseFloat(v, 64)
-		if err != nil {
-			return fmt.Errorf("node %q: %s: not a number: %q", spec, key, v)
-		}
-		*into = f
-		return nil
-	}
 	for _, f := range []struct {
 		key  string
 		into *float64
 	}{{"spread", &n.Spread}, {"stall", &n.StallProb}, {"stallFactor", &n.Stall}} {
-		if err := num(f.key, f.into); err != nil {
-			return Node{}, err
+		if _, ok := kv[f.key]; !ok {
+			continue
+		}
+		if *f.into, err = floatKey(kv, f.key); err != nil {
+			return Node{}, fmt.Errorf("node %q: %w", spec, err)
 		}
 	}
 	if _, ok := kv["epoch"]; ok {

@@ -27,7 +27,8 @@ func TestParseNode(t *testing.T) {
 		{spec: "stall=2", err: "node.stall: must be a probability"},
 		{spec: "stall=0.1,stallFactor=0.5", err: "node.stallFactor: must be in [1, 100]"},
 		{spec: "spread=0.1,epoch=10us", err: "node.epoch: must be in [1ms, 1m]"},
-		{spec: "spread=x", err: "spread: not a number"},
+		{spec: "spread=x", err: `spread: "x" is not a number`},
+		{spec: "spread=NaN", err: `spread: "NaN" is not a number`},
 		{spec: "spread=0.1,jitter=2", err: "jitter: unknown key"},
 	} {
 		got, err := ParseNode(c.spec)
