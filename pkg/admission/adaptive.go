@@ -63,7 +63,7 @@ type AdaptiveConfig struct {
 	// before that lender's release, one latency after the lender was expected to finish), and
 	// is not overdue by more than that latency, lends its slot once to a request admitted in
 	// its place; at most an eighth of the limit (at least one) is lent at once, never while
-	// the limit is fractional, and the lead is at most a twentieth of the expected latency.
+	// the limit is fractional, and the lead is at most LeadShare of the expected latency.
 	// The request then reaches the upstream as the slot frees instead of setting out only
 	// then, so the limit can sit at the upstream's own concurrency without a worker idling for
 	// the hop after each completion, and without a queue inside the upstream to hide that hop.
@@ -73,9 +73,23 @@ type AdaptiveConfig struct {
 	// loopback hop and the two processes' wake-ups take some hundreds of microseconds, and
 	// timers fire up to a millisecond late (Go rounds a timer's wait up to whole
 	// milliseconds), so the lead in effect is often shorter than the one set. Zero: off.
-	Lead       time.Duration
+	Lead time.Duration
+	// LeadShare caps the lead in effect at this share of the expected latency, so that an
+	// upstream that answers in a millisecond or two is not sent requests it cannot start yet.
+	// Zero: DefaultLeadShare. A longer way to the upstream than a sidecar's loopback (Envoy's
+	// external processor adds its gRPC messages and Envoy's own hop) wants a longer lead, and
+	// at a latency of some tens of milliseconds a larger share to let it act.
+	LeadShare  float64
 	Priorities PriorityConfig
 }
+
+// DefaultLeadShare is AdaptiveConfig.LeadShare's default: the lead is at most a twentieth of the
+// expected latency.
+const DefaultLeadShare = 0.05
+
+// MaxLeadShare is the largest AdaptiveConfig.LeadShare: a lead of half the latency would have
+// every request in flight lend its slot half-way through.
+const MaxLeadShare = 0.5
 
 func (c *AdaptiveConfig) defaults() {
 	if c.Window == 0 {
@@ -89,6 +103,9 @@ func (c *AdaptiveConfig) defaults() {
 	}
 	if c.MinRTTWindows == 0 {
 		c.MinRTTWindows = 100
+	}
+	if c.LeadShare == 0 {
+		c.LeadShare = DefaultLeadShare
 	}
 }
 
@@ -129,6 +146,9 @@ func (c AdaptiveConfig) Validate() error {
 	if c.Lead < 0 || c.Lead > time.Second {
 		errs.add("queue.lead", "must be between 0 and 1s, got %s", c.Lead)
 	}
+	if !(c.LeadShare > 0 && c.LeadShare <= MaxLeadShare) {
+		errs.add("queue.leadShare", "must be above 0 and at most %v, got %v", MaxLeadShare, c.LeadShare)
+	}
 	if !(c.WaitPerRTT >= 0 && c.WaitPerRTT <= 100) {
 		errs.add("queue.waitPerRTT", "must be between 0 and 100, got %v", c.WaitPerRTT)
 	}
@@ -148,7 +168,7 @@ func NewAdaptive(c AdaptiveConfig) (Core, error) {
 	return &semaphore{
 		name: "adaptive", limit: c.InitialLimit, depth: c.QueueDepth, maxWait: c.MaxWait,
 		depthPerLimit: c.QueuePerLimit, waitPerRTT: c.WaitPerRTT, lifo: c.QueueLIFO, lead: c.Lead,
-		prio: c.Priorities, adapt: newController(c),
+		leadShare: c.LeadShare, prio: c.Priorities, adapt: newController(c),
 	}, nil
 }
 

@@ -582,6 +582,9 @@ func TestAdaptiveQueueValidation(t *testing.T) {
 		{"negative share", func(c *admission.AdaptiveConfig) { c.QueuePerLimit = -1; c.MaxWait = time.Millisecond }, "queue.depthPerLimit"},
 		{"share without a wait", func(c *admission.AdaptiveConfig) { c.QueuePerLimit = 0.5 }, "queue.maxWait"},
 		{"negative wait share", func(c *admission.AdaptiveConfig) { c.WaitPerRTT = -0.1 }, "queue.waitPerRTT"},
+		{"negative lead share", func(c *admission.AdaptiveConfig) { c.LeadShare = -0.1 }, "queue.leadShare"},
+		{"lead share over half", func(c *admission.AdaptiveConfig) { c.LeadShare = 0.6 }, "queue.leadShare"},
+		{"lead share NaN", func(c *admission.AdaptiveConfig) { c.LeadShare = math.NaN() }, "queue.leadShare"},
 	} {
 		c := base
 		tc.edit(&c)
@@ -848,10 +851,16 @@ func offerer(core admission.Core, ev *admission.Events) func(time.Time) *admissi
 // end with no sample of its own and returns it.
 func leadCore(t *testing.T, lead time.Duration) (core admission.Core, ev *admission.Events, offer func(time.Time) *admission.Ticket, window func(end time.Time) limit.Window) {
 	t.Helper()
+	return leadShareCore(t, lead, 0)
+}
+
+// leadShareCore is leadCore with a lead share (0: the default).
+func leadShareCore(t *testing.T, lead time.Duration, share float64) (core admission.Core, ev *admission.Events, offer func(time.Time) *admission.Ticket, window func(end time.Time) limit.Window) {
+	t.Helper()
 	rec := &recorder{next: func(cur float64, w limit.Window) float64 { return cur }}
 	core = must(admission.NewAdaptive(admission.AdaptiveConfig{
 		Algorithm: rec, InitialLimit: 1, MinLimit: 1, MaxLimit: 1, Window: 100 * time.Millisecond, MinSamples: 1,
-		QueueDepth: 8, MaxWait: 10 * time.Second, Lead: lead,
+		QueueDepth: 8, MaxWait: 10 * time.Second, Lead: lead, LeadShare: share,
 	}))
 	ev = &admission.Events{}
 	offer = offerer(core, ev)
@@ -928,28 +937,35 @@ func TestAdaptiveLeadBorrowerCountsFromTheFreedSlot(t *testing.T) {
 	}
 }
 
-// The lead in effect is at most a twentieth of the expected latency, whatever is configured,
-// and so is what a borrower's sample may be shortened by: a lender whose client read its
-// answer 3 ms late on a 20 ms upstream shortens its borrower's 23.5 ms by 1 ms, not by the 5 ms
-// configured.
+// The lead in effect is at most LeadShare of the expected latency (a twentieth by default),
+// whatever is configured, and so is what a borrower's sample may be shortened by: a lender whose
+// client read its answer 3 ms late on a 20 ms upstream shortens its borrower's 23.5 ms by 1 ms
+// (2 ms at a share of a tenth), not by the 5 ms configured.
 func TestAdaptiveLeadShortensASampleByAtMostTheLeadInEffect(t *testing.T) {
 	const ms = time.Millisecond
-	core, ev, offer, window := leadCore(t, 5*ms)
-	at := t0.Add(time.Second)
-	a, b := offer(at), offer(at)
-	core.Advance(at.Add(19*ms-time.Microsecond), ev)
-	if b.State() != admission.Pending {
-		t.Fatalf("borrower %v more than a twentieth of the latency early, want pending", b.State())
-	}
-	core.Advance(at.Add(19*ms), ev)
-	if a.State() != admission.Admitted || b.State() != admission.Admitted {
-		t.Fatalf("states %v %v, want both admitted 1 ms before the expected finish", a.State(), b.State())
-	}
-	a.RTT = 20 * ms // its exchange took 20 ms; its client took 3 ms more to read the answer
-	core.Release(at.Add(23*ms), a, admission.Success, ev)
-	b.RTT = 23500 * time.Microsecond
-	core.Release(at.Add(43*ms), b, admission.Success, ev)
-	if w := window(at.Add(200 * ms)); w.Samples != 1 || w.RTT != 22500*time.Microsecond {
-		t.Fatalf("borrower's window: %d samples, median %v, want one of 22.5ms (23.5 less the 1 ms lead in effect)", w.Samples, w.RTT)
+	for _, tc := range []struct {
+		share    float64
+		inEffect time.Duration
+	}{{0, ms}, {0.1, 2 * ms}} {
+		core, ev, offer, window := leadShareCore(t, 5*ms, tc.share)
+		at := t0.Add(time.Second)
+		a, b := offer(at), offer(at)
+		early := at.Add(20*ms - tc.inEffect)
+		core.Advance(early.Add(-time.Microsecond), ev)
+		if b.State() != admission.Pending {
+			t.Fatalf("share %v: borrower %v more than %v early, want pending", tc.share, b.State(), tc.inEffect)
+		}
+		core.Advance(early, ev)
+		if a.State() != admission.Admitted || b.State() != admission.Admitted {
+			t.Fatalf("share %v: states %v %v, want both admitted %v before the expected finish", tc.share, a.State(), b.State(), tc.inEffect)
+		}
+		a.RTT = 20 * ms // its exchange took 20 ms; its client took 3 ms more to read the answer
+		core.Release(at.Add(23*ms), a, admission.Success, ev)
+		b.RTT = 23500 * time.Microsecond
+		core.Release(at.Add(43*ms), b, admission.Success, ev)
+		want := 23500*time.Microsecond - tc.inEffect
+		if w := window(at.Add(200 * ms)); w.Samples != 1 || w.RTT != want {
+			t.Fatalf("share %v: borrower's window: %d samples, median %v, want one of %v (23.5 less the lead in effect)", tc.share, w.Samples, w.RTT, want)
+		}
 	}
 }

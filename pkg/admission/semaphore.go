@@ -136,6 +136,7 @@ type semaphore struct {
 	// wait-queue links (unused once admitted), so the ones about to finish are found from the
 	// head.
 	lead                   time.Duration
+	leadShare              float64 // the lead in effect is at most this share of the latency
 	flightHead, flightTail *Ticket
 	lentOut                int64 // cost lent by requests in flight that are about to finish
 }
@@ -269,10 +270,6 @@ func (s *semaphore) unlinkFlight(t *Ticket) {
 // few slow requests may sit for a long time before the ones about to finish.
 const maxLeadScan = 64
 
-// maxLeadShare: the lead is at most this fraction of the latency expected (1/20), so that an
-// upstream that answers in a millisecond or two is not sent requests it cannot start yet.
-const maxLeadShare = 20
-
 // expected is the latency a request admitted now is expected to take once it starts: the last
 // window's median, not the no-load estimate, since with a queue inside the upstream requests
 // take longer than that (0: unknown).
@@ -295,14 +292,15 @@ func (s *semaphore) leadSpan() (m, lead time.Duration) {
 	return m, s.leadFor(m)
 }
 
-// leadFor is the lead in effect for an expected latency m: the configured one, at most a
-// twentieth of m.
+// leadFor is the lead in effect for an expected latency m: the configured one, at most the
+// lead share of m (AdaptiveConfig.LeadShare, a twentieth by default). The default share's
+// product truncates to m/20 exactly: 0.05 rounds up in binary, by far less than a nanosecond.
 func (s *semaphore) leadFor(m time.Duration) time.Duration {
-	return min(s.lead, m/maxLeadShare)
+	return min(s.lead, time.Duration(float64(m)*s.leadShare))
 }
 
 // lend finds requests in flight about to finish that may lend their slots now: expected to
-// finish within the lead (at most a twentieth of the latency expected) and not overdue by more
+// finish within the lead (at most the lead share of the latency expected) and not overdue by more
 // than that latency (an older one is a slow request, which says nothing about when it ends),
 // that have not lent yet, while what is lent stays within an eighth of the permits (at least
 // one). It returns the latest expected finish among them and their cost; with mark, they are
@@ -519,7 +517,7 @@ func (s *semaphore) Release(now time.Time, t *Ticket, o Outcome, ev *Events) {
 			// A borrower reached the upstream before its lender's slot freed and waited there
 			// for it, by design: its latency is counted from when the slot freed (the lender's
 			// release), so that the lead's own wait is not read as a queue the limit holds. By
-			// at most the lead in effect (at most a twentieth of the expected latency): a
+			// at most the lead in effect (at most the lead share of the expected latency): a
 			// lender released later than that (a slow upstream, or a client that reads its
 			// answer slowly) shortens no sample by more.
 			rtt = max(min(rtt, now.Sub(t.freed)), rtt-s.leadFor(s.expected()))

@@ -72,7 +72,7 @@
 // One departure sits outside the algorithms, in the limiter that enforces them
 // (admission.AdaptiveConfig): a short wait queue in front of the limit, up to half the limit deep,
 // each wait at most a tenth of MinRTT (config default), newest first, handing a slot over 2 ms
-// before it frees (at most a twentieth of the latency). Envoy's filter has no queue and keeps a
+// before it frees (by default at most a twentieth of the latency). Envoy's filter has no queue and keeps a
 // sqrt(limit) headroom inside the backend instead; the sidecar keeps its limit at the backend's
 // concurrency (above) and the queue hands a freed slot to a waiter at once, so a worker does not
 // idle from a completion to the next arrival. Measured against Envoy in the bench's adaptive
