@@ -2,8 +2,10 @@ package quotatest
 
 import (
 	"fmt"
+	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -85,10 +87,14 @@ func (l *Latencies) String() string {
 	return fmt.Sprintf("n=%d p50=%s p99=%s max=%s", n, p50, p99, mx)
 }
 
-// StallMonitor measures how late this process's goroutines get to run: one goroutine sleeps
-// 2 ms at a time and records every wake-up more than 3 ms late. On a shared machine the whole
-// process is sometimes not scheduled for tens of milliseconds; a call that outlasts the store
-// timeout across such a stall was held up by the machine, not by the store.
+// StallMonitor measures how long this process was kept from running, two ways, every 2 ms: one
+// goroutine sleeps 2 ms at a time and records every wake-up more than 3 ms late; and, on Linux,
+// it reads how long each of the process's threads has waited on the kernel's run queue
+// (/proc/self/task/*/schedstat). On a shared machine the process is sometimes not scheduled for
+// tens of milliseconds, and often only one of its threads is not: the goroutines whose timers
+// that thread's scheduler holds then wake late together, while the sleeping goroutine, on
+// another thread, wakes on time. A call that outlasts the store timeout across such a stall was
+// held up by the machine, not by the store.
 type StallMonitor struct {
 	mu     sync.Mutex
 	stalls []span
@@ -96,13 +102,21 @@ type StallMonitor struct {
 	done   chan struct{}
 }
 
-type span struct{ from, to time.Time }
+// span is one stall: how long it was, the window it fell in (a thread's wait is read after it
+// ended, so its window is wider than the wait), and the thread that waited ("" for the
+// sleeping goroutine's late wake-up).
+type span struct {
+	from, to time.Time
+	length   time.Duration
+	thread   string
+}
 
 // StartStallMonitor starts measuring; End stops it.
 func StartStallMonitor() *StallMonitor {
 	m := &StallMonitor{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(m.done)
+		waited := threadWaits()
 		for {
 			select {
 			case <-m.stop:
@@ -111,14 +125,68 @@ func StartStallMonitor() *StallMonitor {
 			}
 			want := time.Now().Add(2 * time.Millisecond)
 			time.Sleep(2 * time.Millisecond)
-			if late := time.Since(want); late > 3*time.Millisecond {
-				m.mu.Lock()
-				m.stalls = append(m.stalls, span{want, want.Add(late)})
-				m.mu.Unlock()
+			now := time.Now()
+			late := now.Sub(want)
+			if late > 3*time.Millisecond {
+				m.add(span{want, now, late, ""})
+			}
+			prev := waited
+			waited = threadWaits()
+			for tid, w := range waited {
+				before, seen := prev[tid]
+				if !seen { // a new thread: its wait so far is not one this monitor saw
+					continue
+				}
+				// The kernel adds a wait when the thread runs again: this one ended after the
+				// previous reading (2 ms and the sleep's overrun ago) and began its own length
+				// before it ended.
+				if d := w - before; d > 0 {
+					m.add(span{now.Add(-2*time.Millisecond - max(late, 0) - d), now, d, tid})
+				}
 			}
 		}
 	}()
 	return m
+}
+
+func (m *StallMonitor) add(s span) {
+	m.mu.Lock()
+	m.stalls = append(m.stalls, s)
+	m.mu.Unlock()
+}
+
+// threadWaits reads, for each thread of this process, the total time it has waited on the
+// run queue. Without /proc (not Linux) it returns nothing.
+func threadWaits() map[string]time.Duration {
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return nil
+	}
+	out := make(map[string]time.Duration, len(tasks))
+	for _, task := range tasks {
+		b, err := os.ReadFile("/proc/self/task/" + task.Name() + "/schedstat")
+		if err != nil {
+			continue // the thread ended
+		}
+		if w, ok := parseSchedstat(string(b)); ok {
+			out[task.Name()] = w
+		}
+	}
+	return out
+}
+
+// parseSchedstat reads the run-queue wait, the second of schedstat's three numbers
+// (nanoseconds on the CPU, nanoseconds waiting to run, timeslices).
+func parseSchedstat(s string) (time.Duration, bool) {
+	f := strings.Fields(s)
+	if len(f) < 2 {
+		return 0, false
+	}
+	ns, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil || ns < 0 {
+		return 0, false
+	}
+	return time.Duration(ns), true
 }
 
 // End stops the monitor.
@@ -127,22 +195,38 @@ func (m *StallMonitor) End() {
 	<-m.done
 }
 
-// LongestIn returns the longest stall overlapping [from, to].
+// LongestIn returns how long the process was held up during [from, to]: the latest wake-up
+// of the sleeping goroutine, or the total run-queue wait of any one thread, whichever is longer
+// (the waits of one thread add up for the goroutines it holds; those of different threads do
+// not).
 func (m *StallMonitor) LongestIn(from, to time.Time) time.Duration {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var longest time.Duration
+	perThread := map[string]time.Duration{}
 	for _, s := range m.stalls {
-		if s.to.After(from) && s.from.Before(to) {
-			longest = max(longest, s.to.Sub(s.from))
+		if !s.to.After(from) || !s.from.Before(to) {
+			continue
 		}
+		if s.thread == "" {
+			longest = max(longest, s.length)
+			continue
+		}
+		perThread[s.thread] += s.length
+		longest = max(longest, perThread[s.thread])
 	}
 	return longest
 }
 
-// Longest returns the longest stall seen.
+// Longest returns the longest single stall seen: one late wake-up, or one wait of a thread.
 func (m *StallMonitor) Longest() time.Duration {
-	return m.LongestIn(time.Time{}, time.Now().Add(time.Hour))
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var longest time.Duration
+	for _, s := range m.stalls {
+		longest = max(longest, s.length)
+	}
+	return longest
 }
 
 // Call is one timed call: when it began and how long it took beyond what it would have taken
