@@ -5,11 +5,12 @@ import (
 	"os"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/procfs"
 )
 
 // Goroutines counts the process's goroutines, leaving out the stalling proxy's (it stands for
@@ -103,12 +104,12 @@ type StallMonitor struct {
 }
 
 // span is one stall: how long it was, the window it fell in (a thread's wait is read after it
-// ended, so its window is wider than the wait), and the thread that waited ("" for the
-// sleeping goroutine's late wake-up).
+// ended, so its window is wider than the wait), and the thread that waited (0 for the sleeping
+// goroutine's late wake-up).
 type span struct {
 	from, to time.Time
 	length   time.Duration
-	thread   string
+	thread   int
 }
 
 // StartStallMonitor starts measuring; End stops it.
@@ -116,7 +117,7 @@ func StartStallMonitor() *StallMonitor {
 	m := &StallMonitor{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(m.done)
-		waited := threadWaits()
+		waited, readAt := threadWaits(), time.Now()
 		for {
 			select {
 			case <-m.stop:
@@ -128,20 +129,19 @@ func StartStallMonitor() *StallMonitor {
 			now := time.Now()
 			late := now.Sub(want)
 			if late > 3*time.Millisecond {
-				m.add(span{want, now, late, ""})
+				m.add(span{want, now, late, 0})
 			}
-			prev := waited
-			waited = threadWaits()
+			prev, prevAt := waited, readAt
+			waited, readAt = threadWaits(), time.Now()
 			for tid, w := range waited {
 				before, seen := prev[tid]
 				if !seen { // a new thread: its wait so far is not one this monitor saw
 					continue
 				}
 				// The kernel adds a wait when the thread runs again: this one ended after the
-				// previous reading (2 ms and the sleep's overrun ago) and began its own length
-				// before it ended.
+				// previous reading and began its own length before it ended.
 				if d := w - before; d > 0 {
-					m.add(span{now.Add(-2*time.Millisecond - max(late, 0) - d), now, d, tid})
+					m.add(span{prevAt.Add(-d), readAt, d, tid})
 				}
 			}
 		}
@@ -157,36 +157,18 @@ func (m *StallMonitor) add(s span) {
 
 // threadWaits reads, for each thread of this process, the total time it has waited on the
 // run queue. Without /proc (not Linux) it returns nothing.
-func threadWaits() map[string]time.Duration {
-	tasks, err := os.ReadDir("/proc/self/task")
+func threadWaits() map[int]time.Duration {
+	threads, err := procfs.AllThreads(os.Getpid())
 	if err != nil {
 		return nil
 	}
-	out := make(map[string]time.Duration, len(tasks))
-	for _, task := range tasks {
-		b, err := os.ReadFile("/proc/self/task/" + task.Name() + "/schedstat")
-		if err != nil {
-			continue // the thread ended
-		}
-		if w, ok := parseSchedstat(string(b)); ok {
-			out[task.Name()] = w
+	out := make(map[int]time.Duration, len(threads))
+	for _, th := range threads {
+		if st, err := th.Schedstat(); err == nil { // else the thread ended
+			out[th.PID] = time.Duration(st.WaitingNanoseconds)
 		}
 	}
 	return out
-}
-
-// parseSchedstat reads the run-queue wait, the second of schedstat's three numbers
-// (nanoseconds on the CPU, nanoseconds waiting to run, timeslices).
-func parseSchedstat(s string) (time.Duration, bool) {
-	f := strings.Fields(s)
-	if len(f) < 2 {
-		return 0, false
-	}
-	ns, err := strconv.ParseInt(f[1], 10, 64)
-	if err != nil || ns < 0 {
-		return 0, false
-	}
-	return time.Duration(ns), true
 }
 
 // End stops the monitor.
@@ -195,20 +177,20 @@ func (m *StallMonitor) End() {
 	<-m.done
 }
 
-// LongestIn returns how long the process was held up during [from, to]: the latest wake-up
-// of the sleeping goroutine, or the total run-queue wait of any one thread, whichever is longer
-// (the waits of one thread add up for the goroutines it holds; those of different threads do
-// not).
+// LongestIn returns how long the process was held up during [from, to]: the longest late
+// wake-up of the sleeping goroutine, or the total run-queue wait of any one thread, whichever
+// is longer (the waits of one thread add up for the goroutines it holds; those of different
+// threads do not).
 func (m *StallMonitor) LongestIn(from, to time.Time) time.Duration {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var longest time.Duration
-	perThread := map[string]time.Duration{}
+	perThread := map[int]time.Duration{}
 	for _, s := range m.stalls {
 		if !s.to.After(from) || !s.from.Before(to) {
 			continue
 		}
-		if s.thread == "" {
+		if s.thread == 0 {
 			longest = max(longest, s.length)
 			continue
 		}

@@ -36,26 +36,6 @@ func TestDeadlineCancel(t *testing.T) {
 	}
 }
 
-func TestParseSchedstat(t *testing.T) {
-	for _, c := range []struct {
-		in   string
-		want time.Duration
-		ok   bool
-	}{
-		{"130905 94612 2\n", 94612 * time.Nanosecond, true},
-		{"0 0 0", 0, true},
-		{"130905\n", 0, false},
-		{"130905 x 2", 0, false},
-		{"130905 -5 2", 0, false},
-		{"", 0, false},
-	} {
-		got, ok := parseSchedstat(c.in)
-		if got != c.want || ok != c.ok {
-			t.Errorf("parseSchedstat(%q) = %v, %v; want %v, %v", c.in, got, ok, c.want, c.ok)
-		}
-	}
-}
-
 // TestStallMonitorLongestIn: LongestIn gives the length of the stalls whose windows overlap
 // the interval, not the width of the window a stall was read in; the waits of one thread add
 // up, those of different threads and the late wake-ups do not.
@@ -63,11 +43,11 @@ func TestStallMonitorLongestIn(t *testing.T) {
 	base := time.Unix(1000, 0)
 	at := func(ms int) time.Time { return base.Add(time.Duration(ms) * time.Millisecond) }
 	m := &StallMonitor{}
-	m.add(span{at(0), at(10), 3 * time.Millisecond, "7"})
-	m.add(span{at(8), at(12), 2 * time.Millisecond, "7"})
-	m.add(span{at(9), at(12), 4 * time.Millisecond, "8"})
-	m.add(span{at(20), at(24), 4 * time.Millisecond, ""})
-	m.add(span{at(22), at(26), 3 * time.Millisecond, ""})
+	m.add(span{at(0), at(10), 3 * time.Millisecond, 7})
+	m.add(span{at(8), at(12), 2 * time.Millisecond, 7})
+	m.add(span{at(9), at(12), 4 * time.Millisecond, 8})
+	m.add(span{at(20), at(24), 4 * time.Millisecond, 0})
+	m.add(span{at(22), at(26), 3 * time.Millisecond, 0})
 	for _, c := range []struct {
 		name     string
 		from, to int
